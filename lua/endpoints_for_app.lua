@@ -1,0 +1,12 @@
+-- endpoints_for_app.lua: every endpoint of one app, in one round trip (read only).
+--
+-- KEYS[1] endpoints (hash id -> JSON)   KEYS[2] the app's set
+-- Returns a list of endpoint JSON strings.
+local ids = redis.call("SMEMBERS", KEYS[2])
+if #ids == 0 then return {} end
+local vals = redis.call("HMGET", KEYS[1], unpack(ids))
+local out = {}
+for _, v in ipairs(vals) do
+  if v then out[#out + 1] = v end
+end
+return out

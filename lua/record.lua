@@ -1,0 +1,76 @@
+-- record.lua: record the outcomes of a batch of sends, each fenced on its claim token.
+--
+-- A worker whose claim was superseded (its lease ran out and another worker took the
+-- delivery) changes nothing but the attempt log: its request is appended there with
+-- the next free number and "fenced": true, and the current owner's state stands.
+--
+-- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] succeeded (zset)   KEYS[4] dead (zset)
+-- KEYS[5..] per item, two keys: delivery hash, attempt log (list)
+--
+-- ARGV[1] wake channel
+-- ARGV[2..] per item, seven values: delivery id, claim token,
+--           outcome ("succeeded" | "retry" | "dead" | "defer"), retry delay ms,
+--           status code ("" for none), error ("" for none),
+--           attempt log entry: a JSON object without its "n" (and "fenced") field
+--
+-- "defer" means no request was made (the endpoint is disabled or must be paced): the
+-- delivery goes back to due after the delay, its attempt refunded, nothing logged.
+--
+-- Returns one integer per item: 1 recorded, 0 fenced (claim superseded).
+local t = redis.call("TIME")
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local res = {}
+local wake = false
+local n = (#KEYS - 4) / 2
+for i = 1, n do
+  local dkey = KEYS[3 + 2 * i]
+  local lkey = KEYS[4 + 2 * i]
+  local b = 1 + (i - 1) * 7
+  local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  local entry = ARGV[b + 7]
+  local mine = redis.call("HGET", dkey, "claim") == token
+  if outcome == "defer" then
+    if mine then
+      local at = now + tonumber(ARGV[b + 4])
+      redis.call("HINCRBY", dkey, "attempts", -1)
+      redis.call("HDEL", dkey, "claim", "lease_until")
+      redis.call("HSET", dkey, "status", "pending", "next_attempt_at", at, "updated_at", now)
+      redis.call("ZREM", KEYS[2], id)
+      redis.call("ZADD", KEYS[1], at, id)
+    end
+    res[i] = mine and 1 or 0
+  elseif not mine then
+    if redis.call("EXISTS", dkey) == 0 then
+      res[i] = 0
+    else
+    local num = redis.call("HINCRBY", dkey, "log_n", 1)
+    redis.call("RPUSH", lkey, '{"n":' .. num .. ',"fenced":true,' .. string.sub(entry, 2))
+    res[i] = 0
+    end
+  else
+    local num = redis.call("HINCRBY", dkey, "log_n", 1)
+    redis.call("RPUSH", lkey, '{"n":' .. num .. ',' .. string.sub(entry, 2))
+    redis.call("ZREM", KEYS[2], id)
+    redis.call("HDEL", dkey, "claim", "lease_until")
+    redis.call("HSET", dkey, "status", outcome, "updated_at", now, "last_attempt_at", now,
+      "last_status_code", ARGV[b + 5], "last_error", ARGV[b + 6])
+    if outcome == "retry" then
+      local at = now + tonumber(ARGV[b + 4])
+      redis.call("HSET", dkey, "status", "pending", "next_attempt_at", at)
+      local head = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
+      if head[2] == nil or tonumber(head[2]) > at then wake = true end
+      redis.call("ZADD", KEYS[1], at, id)
+    elseif outcome == "succeeded" then
+      redis.call("HSET", dkey, "finished_at", now)
+      redis.call("HDEL", dkey, "next_attempt_at")
+      redis.call("ZADD", KEYS[3], now, id)
+    else
+      redis.call("HSET", dkey, "finished_at", now)
+      redis.call("HDEL", dkey, "next_attempt_at")
+      redis.call("ZADD", KEYS[4], now, id)
+    end
+    res[i] = 1
+  end
+end
+if wake then redis.call("PUBLISH", ARGV[1], "due") end
+return res

@@ -1,0 +1,36 @@
+-- replay.lua: put dead or succeeded deliveries back to pending with a fresh budget.
+--
+-- Conditional in one script, so two operators replaying at once cannot both win:
+-- the first flips the status to pending, the second finds it pending and is refused.
+--
+-- KEYS[1] due (zset)   KEYS[2] succeeded (zset)   KEYS[3] dead (zset)
+-- KEYS[4..] delivery hashes, one per item
+-- ARGV[1] wake channel   ARGV[2] max attempts   ARGV[3..] delivery ids (same order)
+--
+-- Returns one value per item: "ok", or the status that made it not replayable
+-- ("" when the delivery does not exist).
+local t = redis.call("TIME")
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local n = #KEYS - 3
+local res = {}
+local any = false
+for i = 1, n do
+  local dkey = KEYS[3 + i]
+  local id = ARGV[2 + i]
+  local status = redis.call("HGET", dkey, "status")
+  if status == "dead" or status == "succeeded" then
+    redis.call("ZREM", KEYS[2], id)
+    redis.call("ZREM", KEYS[3], id)
+    redis.call("HDEL", dkey, "finished_at")
+    redis.call("HSET", dkey, "status", "pending", "attempts", 0, "max_attempts", ARGV[2],
+      "next_attempt_at", now, "updated_at", now, "replayed_at", now)
+    redis.call("HINCRBY", dkey, "replays", 1)
+    redis.call("ZADD", KEYS[1], now, id)
+    res[i] = "ok"
+    any = true
+  else
+    res[i] = status or ""
+  end
+end
+if any then redis.call("PUBLISH", ARGV[1], "due") end
+return res

@@ -1,0 +1,36 @@
+"""The HTTP API: ``create_app(settings, store)`` returns an aiohttp application."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from relay.api import deliveries, endpoints, events, ops  # noqa: F401  (routes register)
+from relay.api.common import ROUTES, SETTINGS, STORE, errors_and_auth
+from relay.settings import Settings
+from relay.store import Store, connect
+
+REQUEST_OVERHEAD = 64 * 1024  # room for the envelope around the largest payload
+
+
+def create_app(settings: Settings, store: Store | None = None) -> web.Application:
+    """The API app. Without ``store`` it connects to Redis on start and closes on stop."""
+    app = web.Application(
+        middlewares=[errors_and_auth],
+        client_max_size=settings.max_payload_bytes * 2 + REQUEST_OVERHEAD,
+    )
+    app[SETTINGS] = settings
+
+    async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
+        own = store is None
+        app[STORE] = store or Store(connect(settings), settings)
+        await app[STORE].start()
+        yield
+        if own:
+            await app[STORE].close()
+
+    app.cleanup_ctx.append(redis_ctx)
+    for spec in ROUTES:
+        app.router.add_route(spec.method, spec.path, spec.handler)
+    return app

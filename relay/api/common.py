@@ -1,0 +1,133 @@
+"""Shared parts of the HTTP API: app keys, errors, request parsing, the route table.
+
+Routes are declared with :func:`route`, naming the models that validate their input
+and describe their answers; the OpenAPI document is generated from that table.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from relay.settings import Settings
+from relay.store import Store
+
+STORE = web.AppKey("store", Store)
+SETTINGS = web.AppKey("settings", Settings)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+M = TypeVar("M", bound=BaseModel)
+
+
+class ApiError(web.HTTPException):
+    """An error answer: ``{"error": code, "message": text}`` with a 4xx status."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        self.status_code = status
+        super().__init__(
+            body=orjson.dumps({"error": code, "message": message, **extra}),
+            content_type="application/json",
+        )
+
+
+def json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def _describe(exc: ValidationError) -> tuple[str, list[dict[str, Any]]]:
+    details = [
+        {"field": ".".join(str(p) for p in e["loc"]) or "body", "message": e["msg"]}
+        for e in exc.errors(include_url=False, include_input=False)
+    ]
+    text = "; ".join(f"{d['field']}: {d['message']}" for d in details[:5])
+    return text, details
+
+
+def validate(model: type[M], data: Any) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        text, details = _describe(exc)
+        raise ApiError(422, "validation_error", text, details=details) from None
+
+
+async def body(request: web.Request, model: type[M]) -> tuple[M, bytes]:
+    """Read, parse and validate a JSON body; returns the model and the raw bytes."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, "payload_too_large", "request body is too large") from None
+    if not raw:
+        raise ApiError(400, "invalid_json", "request body is empty; send a JSON object")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ApiError(422, "validation_error", "request body must be a JSON object")
+    return validate(model, data), raw
+
+
+def query(request: web.Request, model: type[M]) -> M:
+    return validate(model, dict(request.query))
+
+
+@dataclass
+class RouteSpec:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    responses: dict[int, type[BaseModel] | None] = field(default_factory=dict)
+    auth: bool = True
+
+
+ROUTES: list[RouteSpec] = []
+
+
+def route(
+    method: str,
+    path: str,
+    *,
+    summary: str,
+    body: type[BaseModel] | None = None,
+    query: type[BaseModel] | None = None,
+    responses: dict[int, type[BaseModel] | None] | None = None,
+    auth: bool = True,
+) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        ROUTES.append(RouteSpec(method, path, handler, summary, body, query, responses or {}, auth))
+        return handler
+
+    return register
+
+
+@web.middleware
+async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    settings = request.app[SETTINGS]
+    if request.path.startswith("/v1/") and not settings.auth_disabled:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not any(
+            hmac.compare_digest(token.strip().encode(), t.encode()) for t in settings.api_tokens
+        ):
+            raise ApiError(401, "unauthorized", "missing or invalid bearer token")
+    try:
+        return await handler(request)
+    except ApiError:
+        raise
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, "payload_too_large", "request body is too large") from None
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.content_type != "application/json":
+            code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
+            raise ApiError(exc.status, code, exc.reason) from None
+        raise

@@ -1,0 +1,101 @@
+"""``/v1/deliveries``: read, list, replay; and recovery of an endpoint's dead letters."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from relay.api.common import STORE, ApiError, body, json, query, route
+from relay.api.endpoints import load as load_endpoint
+from relay.models import (
+    DeliveryDetail,
+    DeliveryList,
+    DeliveryQuery,
+    ErrorOut,
+    RecoverIn,
+    RecoverOut,
+    ReplayOut,
+)
+
+
+@route(
+    "GET",
+    "/v1/deliveries",
+    summary="List deliveries, newest first",
+    query=DeliveryQuery,
+    responses={200: DeliveryList, 422: ErrorOut},
+)
+async def list_(request: web.Request) -> web.Response:
+    q = query(request, DeliveryQuery)
+    try:
+        rows, cursor = await request.app[STORE].list_deliveries(
+            status=q.status,
+            endpoint_id=q.endpoint_id,
+            event_id=q.event_id,
+            limit=q.limit,
+            cursor=q.cursor,
+        )
+    except ValueError as exc:
+        raise ApiError(422, "validation_error", f"cursor: {exc}") from None
+    return json({"data": rows, "next_cursor": cursor})
+
+
+@route(
+    "GET",
+    "/v1/deliveries/{id}",
+    summary="Read a delivery with its attempt log",
+    responses={200: DeliveryDetail, 404: ErrorOut},
+)
+async def read(request: web.Request) -> web.Response:
+    delivery = await request.app[STORE].get_delivery(request.match_info["id"])
+    if delivery is None:
+        raise ApiError(404, "not_found", f"delivery {request.match_info['id']} does not exist")
+    return json(delivery)
+
+
+@route(
+    "POST",
+    "/v1/deliveries/{id}/replay",
+    summary="Replay a dead or succeeded delivery",
+    responses={202: ReplayOut, 404: ErrorOut, 409: ErrorOut},
+)
+async def replay(request: web.Request) -> web.Response:
+    delivery_id = request.match_info["id"]
+    result = (await request.app[STORE].replay([delivery_id]))[delivery_id]
+    if result == "ok":
+        return json({"id": delivery_id, "status": "pending"}, status=202)
+    if result == "":
+        raise ApiError(404, "not_found", f"delivery {delivery_id} does not exist")
+    raise ApiError(
+        409,
+        "delivery_not_replayable",
+        f"delivery {delivery_id} is {result}; only dead or succeeded can be replayed",
+        status=result,
+    )
+
+
+@route(
+    "POST",
+    "/v1/endpoints/{id}/recover",
+    summary="Replay an endpoint's dead deliveries",
+    body=RecoverIn,
+    responses={202: RecoverOut, 404: ErrorOut},
+)
+async def recover(request: web.Request) -> web.Response:
+    endpoint = await load_endpoint(request)
+    since = None
+    if request.can_read_body:
+        since = (await body(request, RecoverIn))[0].since
+    store = request.app[STORE]
+    recovered = 0
+    cursor = None
+    while True:
+        rows, cursor = await store.list_deliveries(
+            status="dead", endpoint_id=endpoint["id"], limit=500, cursor=cursor
+        )
+        chosen = [r["id"] for r in rows if since is None or (r.get("finished_at") or 0) >= since]
+        if chosen:
+            results = await store.replay(chosen)
+            recovered += sum(1 for v in results.values() if v == "ok")
+        if cursor is None:
+            break
+    return json({"recovered": recovered}, status=202)

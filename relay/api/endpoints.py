@@ -1,0 +1,136 @@
+"""``/v1/endpoints``: create, list, read, change, delete, rotate the secret."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from relay import ids, signing
+from relay.api.common import STORE, ApiError, body, json, query, route
+from relay.models import (
+    EndpointIn,
+    EndpointList,
+    EndpointOut,
+    EndpointPatch,
+    EndpointQuery,
+    ErrorOut,
+    SecretOut,
+)
+
+ROTATION_GRACE_MS = 24 * 3600 * 1000
+
+
+def public(endpoint: dict[str, Any], *, with_secret: bool = False) -> dict[str, Any]:
+    out = {k: v for k, v in endpoint.items() if k not in ("secret", "previous_secrets")}
+    if with_secret:
+        out["secret"] = endpoint["secret"]
+    return out
+
+
+async def load(request: web.Request) -> dict[str, Any]:
+    endpoint = await request.app[STORE].get_endpoint(request.match_info["id"])
+    if endpoint is None:
+        raise ApiError(404, "not_found", f"endpoint {request.match_info['id']} does not exist")
+    return endpoint
+
+
+@route(
+    "POST",
+    "/v1/endpoints",
+    summary="Create an endpoint",
+    body=EndpointIn,
+    responses={201: EndpointOut, 422: ErrorOut},
+)
+async def create(request: web.Request) -> web.Response:
+    data, _ = await body(request, EndpointIn)
+    now = int(time.time() * 1000)
+    endpoint = data.model_dump()
+    endpoint.update(
+        id=ids.new_id("ep"),
+        secret=data.secret or signing.generate_secret(),
+        previous_secrets=[],
+        created_at=now,
+        updated_at=now,
+    )
+    await request.app[STORE].put_endpoint(endpoint)
+    return json(public(endpoint, with_secret=True), status=201)
+
+
+@route(
+    "GET",
+    "/v1/endpoints",
+    summary="List endpoints",
+    query=EndpointQuery,
+    responses={200: EndpointList},
+)
+async def list_(request: web.Request) -> web.Response:
+    q = query(request, EndpointQuery)
+    endpoints = await request.app[STORE].list_endpoints(q.app)
+    return json({"data": [public(e) for e in endpoints]})
+
+
+@route(
+    "GET",
+    "/v1/endpoints/{id}",
+    summary="Read an endpoint",
+    responses={200: EndpointOut, 404: ErrorOut},
+)
+async def read(request: web.Request) -> web.Response:
+    return json(public(await load(request)))
+
+
+@route(
+    "GET",
+    "/v1/endpoints/{id}/secret",
+    summary="Read an endpoint's signing secret",
+    responses={200: SecretOut, 404: ErrorOut},
+)
+async def read_secret(request: web.Request) -> web.Response:
+    return json({"secret": (await load(request))["secret"]})
+
+
+@route(
+    "PATCH",
+    "/v1/endpoints/{id}",
+    summary="Change an endpoint",
+    body=EndpointPatch,
+    responses={200: EndpointOut, 404: ErrorOut, 422: ErrorOut},
+)
+async def patch(request: web.Request) -> web.Response:
+    endpoint = await load(request)
+    data, _ = await body(request, EndpointPatch)
+    old_app = endpoint["app"]
+    endpoint.update(data.model_dump(exclude_unset=True))
+    endpoint["updated_at"] = int(time.time() * 1000)
+    await request.app[STORE].put_endpoint(endpoint, old_app=old_app)
+    return json(public(endpoint))
+
+
+@route(
+    "DELETE",
+    "/v1/endpoints/{id}",
+    summary="Delete an endpoint",
+    responses={204: None, 404: ErrorOut},
+)
+async def delete(request: web.Request) -> web.Response:
+    endpoint = await load(request)
+    await request.app[STORE].delete_endpoint(endpoint)
+    return web.Response(status=204)
+
+
+@route(
+    "POST",
+    "/v1/endpoints/{id}/rotate-secret",
+    summary="Rotate the signing secret",
+    responses={200: SecretOut, 404: ErrorOut},
+)
+async def rotate(request: web.Request) -> web.Response:
+    endpoint = await load(request)
+    now = int(time.time() * 1000)
+    previous = [p for p in endpoint.get("previous_secrets", []) if p["expires_at"] > now]
+    previous.append({"secret": endpoint["secret"], "expires_at": now + ROTATION_GRACE_MS})
+    endpoint.update(secret=signing.generate_secret(), previous_secrets=previous, updated_at=now)
+    await request.app[STORE].put_endpoint(endpoint)
+    return json({"secret": endpoint["secret"]})

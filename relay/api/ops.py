@@ -1,0 +1,115 @@
+"""Health, readiness, stats, metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from relay import __version__, metrics
+from relay.api.common import ROUTES, STORE, json, route
+from relay.models import ErrorOut, StatsOut
+
+
+@route("GET", "/healthz", summary="Alive", auth=False)
+async def healthz(request: web.Request) -> web.Response:
+    return json({"status": "ok"})
+
+
+@route("GET", "/readyz", summary="Ready: Redis answers", auth=False)
+async def readyz(request: web.Request) -> web.Response:
+    try:
+        await request.app[STORE].redis.ping()
+    except Exception as exc:
+        return json({"status": "unavailable", "error": type(exc).__name__}, status=503)
+    return json({"status": "ready"})
+
+
+@route(
+    "GET",
+    "/v1/stats",
+    summary="Counts by status, queue depths, oldest due age",
+    responses={200: StatsOut, 401: ErrorOut},
+)
+async def stats(request: web.Request) -> web.Response:
+    return json(await request.app[STORE].stats())
+
+
+@route("GET", "/metrics", summary="Prometheus metrics of this process", auth=False)
+async def prometheus(request: web.Request) -> web.Response:
+    try:
+        metrics.set_queue(await request.app[STORE].stats())
+    except Exception:  # keep serving process metrics while Redis is away
+        pass
+    resp = web.Response(body=generate_latest(metrics.REGISTRY))
+    resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return resp
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document, generated from the route table and its models."""
+    schemas: dict[str, Any] = {}
+
+    def ref(model: Any) -> dict[str, Any]:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in schema.pop("$defs", {}).items():
+            schemas[name] = sub
+        schemas[model.__name__] = schema
+        return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+    paths: dict[str, Any] = {}
+    for spec in ROUTES:
+        op: dict[str, Any] = {"summary": spec.summary, "responses": {}}
+        if "{id}" in spec.path:
+            op["parameters"] = [
+                {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+            ]
+        if spec.query is not None:
+            for name, f in spec.query.model_fields.items():
+                op.setdefault("parameters", []).append(
+                    {
+                        "name": name,
+                        "in": "query",
+                        "required": f.is_required(),
+                        "schema": spec.query.model_json_schema()["properties"][name],
+                    }
+                )
+        if spec.body is not None:
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": ref(spec.body)}},
+            }
+        for status, model in (spec.responses or {200: None}).items():
+            entry: dict[str, Any] = {"description": "error" if status >= 400 else "ok"}
+            if model is not None:
+                entry["content"] = {"application/json": {"schema": ref(model)}}
+            op["responses"][str(status)] = entry
+        if spec.auth:
+            op["security"] = [{"bearer": []}]
+            op["responses"].setdefault(
+                "401",
+                {
+                    "description": "missing or invalid token",
+                    "content": {"application/json": {"schema": ref(ErrorOut)}},
+                },
+            )
+        paths.setdefault(spec.path, {})[spec.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "relay",
+            "version": __version__,
+            "description": "Webhook delivery service on Redis",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+@route("GET", "/openapi.json", summary="This document", auth=False)
+async def openapi(request: web.Request) -> web.Response:
+    return json(openapi_document())

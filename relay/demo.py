@@ -1,0 +1,36 @@
+"""A demo receiver for trying relay on a laptop: prints each webhook, checks its signature."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from aiohttp import web
+
+from relay import signing
+
+
+def run_receiver(*, port: int, status: int, secret: str | None) -> None:
+    key = signing.secret_bytes(secret) if secret else None
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.read()
+        h = request.headers
+        verdict = "not checked (pass --secret)"
+        if key is not None:
+            expected = signing.sign(
+                [key], h.get("webhook-id", ""), int(h.get("webhook-timestamp", "0")), body
+            ).split(",", 1)[1]
+            offered = [s.split(",", 1)[-1] for s in h.get("webhook-signature", "").split()]
+            verdict = "valid" if expected in offered else "INVALID"
+        click.echo(
+            f"{time.strftime('%H:%M:%S')} {request.method} {request.path} -> {status}  "
+            f"webhook-id={h.get('webhook-id')} attempt={h.get('x-relay-attempt')} "
+            f"signature {verdict}\n  {body.decode('utf-8', 'replace')[:500]}"
+        )
+        return web.Response(status=status, text="ok" if status < 300 else "failing on purpose")
+
+    app = web.Application()
+    app.router.add_route("POST", "/{tail:.*}", handle)
+    click.echo(f"demo receiver on http://127.0.0.1:{port}/ answering {status}")
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)

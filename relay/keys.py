@@ -1,0 +1,109 @@
+"""Every Redis key relay writes, built in one place.
+
+Layout (prefix ``relay`` by default, ``v1`` is the layout version). Each queue shard
+lives under its own hash tag ``{sN}``, so every script touches one hash slot and the
+same code runs on a single Redis and on Redis Cluster. Endpoint configuration lives
+under the tag ``{cfg}``.
+
+=========================================  ======  =============================================
+key                                        type    holds
+=========================================  ======  =============================================
+``relay:v1:{s0}:due``                      zset    pending delivery ids, score = next attempt (ms)
+``relay:v1:{s0}:processing``               zset    claimed delivery ids, score = lease expiry (ms)
+``relay:v1:{s0}:succeeded``                zset    succeeded delivery ids, score = finish time
+``relay:v1:{s0}:dead``                     zset    dead delivery ids, score = time of death
+``relay:v1:{s0}:deliveries``               zset    every delivery id, score = created (ms)
+``relay:v1:{s0}:events``                   zset    every event id, score = created (ms)
+``relay:v1:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
+``relay:v1:{s0}:dlv:<delivery_id>``        hash    the delivery record (status, attempts, claim)
+``relay:v1:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request
+``relay:v1:{s0}:evt:<event_id>``           hash    the event: type, app, body (exact bytes sent)
+``relay:v1:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
+``relay:v1:{s0}:stats``                    hash    shard counters (reclaimed)
+``relay:v1:{s0}:wake``                     pubsub  "work became due earlier than you thought"
+``relay:v1:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
+``relay:v1:{cfg}:app:<app>``               set     endpoint ids of one app
+=========================================  ======  =============================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    """Keys of one queue shard."""
+
+    shard: int
+    base: str  # "relay:v1:{s0}:" -- also handed to scripts that build per-id keys
+
+    @property
+    def due(self) -> str:
+        return self.base + "due"
+
+    @property
+    def processing(self) -> str:
+        return self.base + "processing"
+
+    @property
+    def succeeded(self) -> str:
+        return self.base + "succeeded"
+
+    @property
+    def dead(self) -> str:
+        return self.base + "dead"
+
+    @property
+    def deliveries(self) -> str:
+        return self.base + "deliveries"
+
+    @property
+    def events(self) -> str:
+        return self.base + "events"
+
+    @property
+    def stats(self) -> str:
+        return self.base + "stats"
+
+    @property
+    def wake(self) -> str:
+        return self.base + "wake"
+
+    def delivery(self, delivery_id: str) -> str:
+        return f"{self.base}dlv:{delivery_id}"
+
+    def log(self, delivery_id: str) -> str:
+        return f"{self.base}log:{delivery_id}"
+
+    def event(self, event_id: str) -> str:
+        return f"{self.base}evt:{event_id}"
+
+    def endpoint_index(self, endpoint_id: str) -> str:
+        return f"{self.base}ep:{endpoint_id}"
+
+    def idempotency(self, app: str, key: str) -> str:
+        return f"{self.base}idem:{app}:{key}"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """All of relay's keys under one prefix."""
+
+    prefix: str = "relay"
+    shards: int = 1
+
+    def shard(self, n: int) -> ShardKeys:
+        if not 0 <= n < self.shards:
+            raise ValueError(f"shard {n} is outside 0..{self.shards - 1}")
+        return ShardKeys(n, f"{self.prefix}:v1:{{s{n}}}:")
+
+    def all_shards(self) -> list[ShardKeys]:
+        return [self.shard(n) for n in range(self.shards)]
+
+    @property
+    def endpoints(self) -> str:
+        return f"{self.prefix}:v1:{{cfg}}:endpoints"
+
+    def app(self, app: str) -> str:
+        return f"{self.prefix}:v1:{{cfg}}:app:{app}"

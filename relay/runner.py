@@ -1,0 +1,110 @@
+"""Run the long-lived processes: ``api``, ``worker`` and ``dev`` (both, on a laptop)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+import signal
+import sys
+from pathlib import Path
+
+import redis
+import structlog
+from aiohttp import web
+
+from relay import logs
+from relay.api import create_app
+from relay.redisproc import RedisServer, free_port
+from relay.settings import Settings
+from relay.store import Store, connect
+from relay.worker import Worker
+
+log = structlog.get_logger("relay")
+
+
+def _stop_on_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
+    """Run the API and/or a worker until SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    _stop_on_signals(stop)
+    store = Store(connect(settings), settings)
+    await store.start()
+    runner = None
+    tasks = []
+    try:
+        if with_api:
+            runner = web.AppRunner(create_app(settings, store), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, settings.host, settings.port).start()
+            log.info("api.listening", url=f"http://{settings.host}:{settings.port}")
+        if with_worker:
+            tasks.append(asyncio.create_task(Worker(store, settings).run(stop)))
+        await stop.wait()
+        log.info("shutdown.begin")
+        await asyncio.gather(*tasks)
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await store.close()
+
+
+def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
+    logs.configure(settings.log_format, settings.log_level)
+    asyncio.run(serve(settings, with_api=with_api, with_worker=with_worker))
+
+
+def _answers(url: str) -> bool:
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, retry=None)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def run_dev(settings: Settings, *, redis_url_given: bool, data_dir: Path) -> None:
+    """API + worker in one process, with a private redis-server when none answers."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = None
+    overrides: dict[str, object] = {}
+    if not redis_url_given and not _answers(settings.redis_url):
+        server = RedisServer(
+            port=free_port(), data_dir=data_dir / "redis", appendonly=True, appendfsync="everysec"
+        )
+        (data_dir / "redis").mkdir(exist_ok=True)
+        server.start()
+        overrides["redis_url"] = server.url
+        print(
+            f"relay dev: no Redis answered on {settings.redis_url}; started a private "
+            f"redis-server at {server.url} (append-only file in {data_dir / 'redis'})",
+            file=sys.stderr,
+        )
+    if not settings.api_tokens and not settings.auth_disabled:
+        token_file = data_dir / "api-token"
+        if not token_file.exists():
+            token_file.write_text(secrets.token_urlsafe(24) + "\n")
+            token_file.chmod(0o600)
+        overrides["api_tokens"] = (token_file.read_text().strip(),)
+    if overrides:
+        settings = dataclasses.replace(settings, **overrides)  # type: ignore[arg-type]
+    url = f"http://{settings.host}:{settings.port}"
+    token = settings.api_tokens[0] if settings.api_tokens else "(auth disabled)"
+    print(
+        f"\nrelay dev: API and dashboard on {url}   (Ctrl-C stops)\n"
+        f"relay dev: API token: {token}\n"
+        f"relay dev: try  curl -H 'Authorization: Bearer {token}' {url}/v1/stats\n",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        run(settings, with_api=True, with_worker=True)
+    finally:
+        if server is not None:
+            server.stop()

@@ -1,0 +1,87 @@
+"""The outbound HTTP request of one attempt: sign, POST, classify. No Redis here.
+
+One pooled ``aiohttp.ClientSession`` per worker; redirects are never followed; the
+response body is read only up to a small cap, for the attempt log.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from relay import __version__, signing, ssrf
+
+BODY_CAP = 512
+USER_AGENT = f"relay/{__version__}"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int | None  # None: no HTTP answer (timeout, connection, TLS, refused)
+    error: str  # "" or an error class such as "timeout"
+    detail: str  # short human text for the log, never headers or secrets
+    retry_after: str | None
+    duration: float
+    body: str
+
+
+def make_session(*, timeout: float, limit: int, allow_private: bool) -> aiohttp.ClientSession:
+    connector = ssrf.make_connector(allow_private=allow_private, limit=limit)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=timeout),
+        skip_auto_headers=("User-Agent", "Content-Type"),
+        auto_decompress=False,
+    )
+
+
+def secret_keys(endpoint: dict[str, Any], now: float) -> list[bytes]:
+    """The endpoint's current secret, plus rotated-out ones still inside their grace."""
+    keys = [signing.secret_bytes(endpoint["secret"])]
+    for old in endpoint.get("previous_secrets", ()):
+        if old["expires_at"] > now * 1000:
+            keys.append(signing.secret_bytes(old["secret"]))
+    return keys
+
+
+async def send(
+    session: aiohttp.ClientSession,
+    *,
+    endpoint: dict[str, Any],
+    event_id: str,
+    delivery_id: str,
+    attempt: int,
+    body: bytes,
+) -> Response:
+    """POST one signed delivery and describe what came back."""
+    now = time.time()
+    headers = signing.signed_headers(
+        secret_keys=secret_keys(endpoint, now),
+        msg_id=event_id,
+        timestamp=int(now),
+        body=body,
+        delivery_id=delivery_id,
+        attempt=attempt,
+        user_agent=USER_AGENT,
+        extra=endpoint.get("headers") or None,
+    )
+    started = time.perf_counter()
+    try:
+        async with session.post(
+            endpoint["url"], data=body, headers=headers, allow_redirects=False
+        ) as resp:
+            snippet = await resp.content.read(BODY_CAP)
+            return Response(
+                status=resp.status,
+                error="",
+                detail="",
+                retry_after=resp.headers.get("Retry-After"),
+                duration=time.perf_counter() - started,
+                body=snippet.decode("utf-8", "replace"),
+            )
+    except Exception as exc:  # every transport failure becomes a logged attempt
+        error, detail = ssrf.describe_error(exc)
+        return Response(None, error, detail, None, time.perf_counter() - started, "")

@@ -1,0 +1,173 @@
+"""One frozen settings object, built once from defaults and ``RELAY_*`` variables.
+
+Nothing else in relay reads the environment: the object is passed in explicitly.
+Secrets (API tokens, a password inside the Redis URL) are redacted in its ``repr``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from urllib.parse import urlsplit, urlunsplit
+
+from relay.retry import parse_duration, parse_schedule
+
+DEFAULT_SCHEDULE = "5s,5m,30m,2h,5h,10h,10h"
+
+
+class SettingsError(ValueError):
+    """A ``RELAY_*`` variable has a value relay cannot use."""
+
+
+def _redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_cluster: bool = False
+    key_prefix: str = "relay"
+    shards: int = 1
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_tokens: tuple[str, ...] = field(default=(), repr=False)
+    auth_disabled: bool = False
+    retry_schedule: tuple[float, ...] = parse_schedule(DEFAULT_SCHEDULE)
+    retry_jitter: float = 0.2
+    retry_after_cap: float = 3600.0
+    http_timeout: float = 10.0
+    lease_seconds: float = 30.0
+    worker_concurrency: int = 64
+    claim_batch: int = 64
+    allow_private_networks: bool = False
+    max_payload_bytes: int = 262144
+    retention: float = 7 * 86400.0
+    dead_retention: float = 30 * 86400.0
+    idempotency_ttl: float = 86400.0
+    shutdown_grace: float = 20.0
+    log_format: str = "json"
+    log_level: str = "info"
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+
+    def __repr__(self) -> str:
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "api_tokens":
+                value = f"<{len(value)} token(s)>"
+            elif f.name == "redis_url":
+                value = _redact_url(value)
+            shown.append(f"{f.name}={value!r}")
+        return f"Settings({', '.join(shown)})"
+
+    @property
+    def max_attempts(self) -> int:
+        return len(self.retry_schedule) + 1
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Build settings from ``RELAY_*`` variables; ``overrides`` (from CLI flags) win."""
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+
+        def get(name: str) -> str | None:
+            raw = env.get(f"RELAY_{name}")
+            return raw.strip() if raw is not None and raw.strip() != "" else None
+
+        def convert(name: str, attr: str, fn) -> None:  # type: ignore[no-untyped-def]
+            raw = get(name)
+            if raw is None:
+                return
+            try:
+                values[attr] = fn(raw)
+            except ValueError as exc:
+                raise SettingsError(f"RELAY_{name}={raw!r}: {exc}") from None
+
+        flag = _flag
+        convert("REDIS_URL", "redis_url", str)
+        convert("REDIS_CLUSTER", "redis_cluster", flag)
+        convert("KEY_PREFIX", "key_prefix", _prefix)
+        convert("SHARDS", "shards", _positive_int)
+        convert("HOST", "host", str)
+        convert("PORT", "port", _port)
+        convert("API_TOKENS", "api_tokens", _tokens)
+        convert("AUTH_DISABLED", "auth_disabled", flag)
+        convert("RETRY_SCHEDULE", "retry_schedule", parse_schedule)
+        convert("RETRY_JITTER", "retry_jitter", _fraction)
+        convert("RETRY_AFTER_CAP", "retry_after_cap", parse_duration)
+        convert("HTTP_TIMEOUT", "http_timeout", _positive_duration)
+        convert("LEASE_SECONDS", "lease_seconds", _positive_duration)
+        convert("WORKER_CONCURRENCY", "worker_concurrency", _positive_int)
+        convert("CLAIM_BATCH", "claim_batch", _positive_int)
+        convert("ALLOW_PRIVATE_NETWORKS", "allow_private_networks", flag)
+        convert("MAX_PAYLOAD_BYTES", "max_payload_bytes", _positive_int)
+        convert("RETENTION", "retention", _positive_duration)
+        convert("DEAD_RETENTION", "dead_retention", _positive_duration)
+        convert("IDEMPOTENCY_TTL", "idempotency_ttl", _positive_duration)
+        convert("SHUTDOWN_GRACE", "shutdown_grace", parse_duration)
+        convert("LOG_FORMAT", "log_format", _log_format)
+        convert("LOG_LEVEL", "log_level", str.lower)
+        convert("WORKER_ID", "worker_id", str)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _flag(raw: str) -> bool:
+    low = raw.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected 1 or 0")
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def _port(raw: str) -> int:
+    value = int(raw)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a TCP port")
+    return value
+
+
+def _fraction(raw: str) -> float:
+    value = float(raw)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return value
+
+
+def _positive_duration(raw: str) -> float:
+    value = parse_duration(raw)
+    if value <= 0:
+        raise ValueError("must be longer than zero")
+    return value
+
+
+def _tokens(raw: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in raw.split(",") if t.strip())
+
+
+def _prefix(raw: str) -> str:
+    if any(c in raw for c in "{}: \t"):
+        raise ValueError("may not contain braces, colons or spaces")
+    return raw
+
+
+def _log_format(raw: str) -> str:
+    if raw not in ("json", "console"):
+        raise ValueError("expected json or console")
+    return raw

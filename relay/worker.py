@@ -1,0 +1,451 @@
+"""The delivery worker: claim due deliveries in batches, send them, record outcomes.
+
+One asyncio loop per process. It claims from each shard in turn up to the number of
+free send slots, runs up to ``worker_concurrency`` sends at once through one pooled
+client session, extends the leases of sends in flight with one batched heartbeat,
+and records outcomes through a group-commit recorder (one script call per batch of
+finished sends). When nothing is due it sleeps until the earliest due time or lease
+expiry it was told about, or until a publish wakes it over pub/sub, whichever comes
+first; there is no fixed polling tick.
+
+Shutdown (``stop`` event, e.g. SIGTERM): stop claiming, let sends in flight finish
+within ``shutdown_grace``, then cancel the rest and hand their claims back without
+charging an attempt. Outcome writes run under ``asyncio.shield``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+
+from relay import metrics, retry, sender
+from relay.keys import ShardKeys
+from relay.settings import Settings
+from relay.store import Claimed, Outcome, Store
+
+log = structlog.get_logger("relay.worker")
+
+IDLE_CAP = 2.0  # longest idle sleep: a safety net for a missed pub/sub message
+DISABLED_DEFER_MS = 60_000
+
+
+@dataclass
+class Stats:
+    """Counters for this process (exported as metrics, read by tests)."""
+
+    claimed: int = 0
+    sent: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    fenced: int = 0
+    reclaimed: int = 0
+    released: int = 0
+    lease_extensions: int = 0
+    claim_batches: list[int] = field(default_factory=list)
+
+
+class Recorder:
+    """Group commit of outcomes: whatever finished while the last write ran goes next."""
+
+    def __init__(self, store: Store, max_batch: int = 256) -> None:
+        self._store = store
+        self._max = max_batch
+        self._pending: dict[int, list[tuple[Outcome, asyncio.Future[int]]]] = {}
+        self._shards: dict[int, ShardKeys] = {}
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._busy = False
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="relay-recorder")
+
+    def submit(self, sk: ShardKeys, outcome: Outcome) -> asyncio.Future[int]:
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._shards[sk.shard] = sk
+        self._pending.setdefault(sk.shard, []).append((outcome, fut))
+        self._kick.set()
+        return fut
+
+    async def drain(self) -> None:
+        while self._pending or self._busy:
+            self._kick.set()
+            await asyncio.sleep(0.005)
+
+    async def stop(self) -> None:
+        await self.drain()
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            while self._pending:
+                shard, items = next(iter(self._pending.items()))
+                batch, rest = items[: self._max], items[self._max :]
+                if rest:
+                    self._pending[shard] = rest
+                else:
+                    del self._pending[shard]
+                self._busy = True
+                try:
+                    res = await self._write(self._shards[shard], [o for o, _ in batch])
+                    for (_, fut), r in zip(batch, res, strict=True):
+                        if not fut.done():
+                            fut.set_result(r)
+                except Exception as exc:
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                finally:
+                    self._busy = False
+
+    async def _write(self, sk: ShardKeys, outcomes: list[Outcome]) -> list[int]:
+        # Redis may blip (failover, restart): retry for a while rather than drop a result.
+        # If it never comes back, the lease runs out and the delivery is sent again.
+        delay = 0.05
+        for _ in range(40):
+            try:
+                return await self._store.record(sk, outcomes)
+            except (ConnectionError, OSError, TimeoutError) as exc:
+                log.warning("record.retry", error=str(exc))
+            except Exception as exc:
+                if "LOADING" not in str(exc) and "Connection" not in type(exc).__name__:
+                    raise
+                log.warning("record.retry", error=str(exc))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        return await self._store.record(sk, outcomes)
+
+
+@dataclass
+class _InFlight:
+    sk: ShardKeys
+    claim: Claimed
+    task: asyncio.Task[None] | None = None
+    recording: bool = False
+
+
+class Worker:
+    """A delivery worker. ``await worker.run(stop)`` until ``stop`` is set."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        before_send: Callable[[Claimed], Awaitable[None] | None] | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.stats = Stats()
+        self._session = session
+        self._own_session = session is None
+        self._before_send = before_send
+        self._inflight: dict[str, _InFlight] = {}
+        self._slot_free = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._recorder = Recorder(store)
+        self._tokens = itertools.count()
+        self._token_base = f"{settings.worker_id}:{os.urandom(3).hex()}"
+        self._shards = store.keys.all_shards()
+        self._next_due: dict[int, int | None] = {}
+        self._next_lease: dict[int, int | None] = {}
+        self._lease_ms = int(settings.lease_seconds * 1000)
+        self._low_water = max(1, min(settings.claim_batch, settings.worker_concurrency) // 4)
+        self._backlog = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, stop: asyncio.Event, *, burst: bool = False) -> None:
+        """Deliver until ``stop`` is set (or, with ``burst``, until nothing is due)."""
+        if self._session is None:
+            self._session = sender.make_session(
+                timeout=self.settings.http_timeout,
+                limit=self.settings.worker_concurrency,
+                allow_private=self.settings.allow_private_networks,
+            )
+        self._recorder.start()
+        heartbeat = asyncio.create_task(self._heartbeat(stop), name="relay-heartbeat")
+        listener = asyncio.create_task(self._listen(), name="relay-wake")
+        log.info("worker.started", worker=self.settings.worker_id, shards=len(self._shards))
+        try:
+            await self._loop(stop, burst)
+        finally:
+            await self._shutdown()
+            heartbeat.cancel()
+            listener.cancel()
+            await asyncio.gather(heartbeat, listener, return_exceptions=True)
+            if self._own_session and self._session is not None:
+                await self._session.close()
+            log.info("worker.stopped", worker=self.settings.worker_id)
+
+    async def _loop(self, stop: asyncio.Event, burst: bool) -> None:
+        rotation = 0
+        while not stop.is_set():
+            free = self.settings.worker_concurrency - len(self._inflight)
+            # With a backlog, wait for a quarter of the slots rather than claim one by one.
+            if free <= 0 or (free < self._low_water and self._backlog):
+                self._slot_free.clear()
+                await _wait_any(stop, self._slot_free)
+                continue
+            self._wake.clear()
+            got = 0
+            order = self._shards[rotation:] + self._shards[:rotation]
+            rotation = (rotation + 1) % len(self._shards)
+            for sk in order:
+                free = self.settings.worker_concurrency - len(self._inflight)
+                if free <= 0 or stop.is_set():
+                    break
+                got += await self._claim_from(sk, free)
+            if got:
+                continue
+            self._backlog = False
+            if burst and not self._inflight and self._nothing_due_soon():
+                return
+            await _wait_any(stop, self._wake, within=self._idle_timeout(burst))
+
+    def _nothing_due_soon(self) -> bool:
+        now = time.time() * 1000
+        for sk in self._shards:
+            due, lease = self._next_due.get(sk.shard), self._next_lease.get(sk.shard)
+            if (due is not None and due <= now + 50) or lease is not None:
+                return False
+        return True
+
+    def _idle_timeout(self, burst: bool) -> float:
+        now = time.time() * 1000
+        wake_at = [t for t in (*self._next_due.values(), *self._next_lease.values()) if t]
+        if not wake_at:
+            return 0.05 if burst else IDLE_CAP
+        return max(0.001, min(IDLE_CAP, (min(wake_at) - now) / 1000 + 0.002))
+
+    async def _claim_from(self, sk: ShardKeys, free: int) -> int:
+        try:
+            lease_at = self._next_lease.get(sk.shard)
+            if lease_at is not None and lease_at <= time.time() * 1000:
+                back, dead, reclaimed = await self.store.reclaim(sk)
+                if reclaimed:
+                    self.stats.reclaimed += len(reclaimed)
+                    metrics.RECLAIMED.inc(len(reclaimed))
+                    log.warning(
+                        "lease.reclaimed",
+                        shard=sk.shard,
+                        pending=back,
+                        dead=dead,
+                        deliveries=reclaimed[:20],
+                    )
+            res = await self.store.claim(
+                sk,
+                limit=min(free, self.settings.claim_batch),
+                lease_ms=self._lease_ms,
+                token_prefix=f"{self._token_base}:{next(self._tokens)}",
+                worker=self.settings.worker_id,
+            )
+        except Exception as exc:  # Redis down or restarting: back off, keep running
+            log.warning("claim.failed", shard=sk.shard, error=str(exc))
+            self._next_due[sk.shard] = int(time.time() * 1000) + 500
+            return 0
+        self._next_due[sk.shard] = res.next_due_ms
+        self._next_lease[sk.shard] = res.next_lease_ms
+        self._backlog = res.next_due_ms is not None and res.next_due_ms <= res.now_ms
+        if not res.items:
+            return 0
+        self.stats.claimed += len(res.items)
+        self.stats.claim_batches.append(len(res.items))
+        metrics.CLAIM_BATCH.observe(len(res.items))
+        endpoints = await self.store.get_endpoints(c.endpoint_id for c in res.items)
+        for c in res.items:
+            f = _InFlight(sk, c)
+            self._inflight[c.token] = f
+            f.task = asyncio.create_task(self._deliver(f, endpoints.get(c.endpoint_id)))
+        return len(res.items)
+
+    # ------------------------------------------------------------------ one delivery
+
+    async def _deliver(self, f: _InFlight, endpoint: dict[str, Any] | None) -> None:
+        c = f.claim
+        structlog.contextvars.bind_contextvars(
+            delivery_id=c.id, event_id=c.event_id, endpoint_id=c.endpoint_id, attempt=c.attempts
+        )
+        try:
+            outcome = await self._attempt(c, endpoint)
+            f.recording = True
+            result = await asyncio.shield(self._recorder.submit(f.sk, outcome))
+            if result == 0:
+                self.stats.fenced += 1
+                log.warning("delivery.fenced", detail="claim superseded; outcome logged only")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("delivery.crashed")
+        finally:
+            self._inflight.pop(c.token, None)
+            self._slot_free.set()
+
+    async def _attempt(self, c: Claimed, endpoint: dict[str, Any] | None) -> Outcome:
+        if endpoint is None:
+            return self._outcome(
+                c, "dead", 0, None, "endpoint_deleted", "endpoint no longer exists"
+            )
+        if not endpoint.get("enabled", True):
+            return Outcome(c.id, c.token, "defer", DISABLED_DEFER_MS, None, "", b"{}")
+        if self._before_send is not None:
+            maybe = self._before_send(c)
+            if maybe is not None:
+                await maybe
+        assert self._session is not None
+        resp = await sender.send(
+            self._session,
+            endpoint=endpoint,
+            event_id=c.event_id,
+            delivery_id=c.id,
+            attempt=c.attempts,
+            body=c.body.encode(),
+        )
+        self.stats.sent += 1
+        retry_after = None
+        if resp.status in (429, 503):
+            retry_after = retry.parse_retry_after(resp.retry_after, time.time())
+        decision = retry.decide(
+            status=resp.status,
+            attempts=c.attempts,
+            max_attempts=c.max_attempts,
+            schedule=self.settings.retry_schedule,
+            jitter=self.settings.retry_jitter,
+            retry_after=retry_after,
+            retry_after_cap=self.settings.retry_after_cap,
+            rand=random.random,
+        )
+        self.stats.outcomes[decision.outcome] = self.stats.outcomes.get(decision.outcome, 0) + 1
+        metrics.observe_attempt(decision.outcome, resp.status, resp.duration)
+        error = resp.error or ("" if resp.status and 200 <= resp.status < 300 else "http_status")
+        log.info(
+            "delivery.attempt",
+            status=resp.status,
+            outcome=decision.outcome,
+            error=resp.error or None,
+            duration_ms=round(resp.duration * 1000, 2),
+            next_in_s=round(decision.delay, 3) if decision.outcome == "retry" else None,
+        )
+        return self._outcome(
+            c,
+            decision.outcome,
+            int(decision.delay * 1000),
+            resp.status,
+            error,
+            resp.detail or resp.body,
+            resp.duration,
+        )
+
+    def _outcome(
+        self,
+        c: Claimed,
+        outcome: str,
+        delay_ms: int,
+        status: int | None,
+        error: str,
+        detail: str,
+        duration: float = 0.0,
+    ) -> Outcome:
+        entry = orjson.dumps(
+            {
+                "attempt": c.attempts,
+                "at": int(time.time() * 1000),
+                "duration_ms": round(duration * 1000, 2),
+                "status_code": status,
+                "error": error or None,
+                "detail": detail[: sender.BODY_CAP] or None,
+                "outcome": outcome,
+                "worker": self.settings.worker_id,
+            }
+        )
+        return Outcome(c.id, c.token, outcome, delay_ms, status, error, entry)
+
+    # ------------------------------------------------------------------ background
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        """Extend the leases of every send in flight, one script call per shard."""
+        period = max(0.05, self.settings.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(period)
+            by_shard: dict[int, list[_InFlight]] = {}
+            for f in list(self._inflight.values()):
+                by_shard.setdefault(f.sk.shard, []).append(f)
+            for items in by_shard.values():
+                sk = items[0].sk
+                try:
+                    res = await self.store.extend(
+                        sk, [(f.claim.id, f.claim.token) for f in items], self._lease_ms
+                    )
+                except Exception as exc:
+                    log.warning("lease.extend_failed", error=str(exc))
+                    continue
+                self.stats.lease_extensions += sum(res)
+                metrics.LEASE_EXTENSIONS.inc(sum(res))
+                for f, ok in zip(items, res, strict=True):
+                    if not ok and not f.recording:
+                        log.warning("lease.lost", delivery_id=f.claim.id)
+
+    async def _listen(self) -> None:
+        """Wake the claim loop when a publish (or retry) makes work due sooner."""
+        channels = [sk.wake for sk in self._shards]
+        while True:
+            pubsub = self.store.redis.pubsub()
+            try:
+                await pubsub.subscribe(*channels)
+                async for msg in pubsub.listen():
+                    if msg.get("type") == "message":
+                        self._wake.set()
+            except asyncio.CancelledError:
+                await pubsub.aclose()
+                raise
+            except Exception as exc:
+                log.warning("wake.reconnect", error=str(exc))
+                await pubsub.aclose()
+                self._wake.set()  # we may have missed a message
+                await asyncio.sleep(0.5)
+
+    async def _shutdown(self) -> None:
+        """Finish sends within the grace period; hand back the rest uncharged."""
+        tasks = [f.task for f in self._inflight.values() if f.task is not None]
+        if tasks:
+            log.info("worker.draining", in_flight=len(tasks), grace_s=self.settings.shutdown_grace)
+            _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace)
+            unfinished = [f for f in self._inflight.values() if not f.recording]
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.shield(self._recorder.drain())
+            by_shard: dict[int, list[_InFlight]] = {}
+            for f in unfinished:
+                by_shard.setdefault(f.sk.shard, []).append(f)
+            for items in by_shard.values():
+                claims = [(f.claim.id, f.claim.token) for f in items]
+                try:
+                    res = await asyncio.shield(self.store.release(items[0].sk, claims))
+                    self.stats.released += sum(res)
+                    log.info("worker.handed_back", count=sum(res))
+                except Exception as exc:
+                    log.warning("worker.hand_back_failed", error=str(exc), count=len(claims))
+        await self._recorder.stop()
+
+
+async def _wait_any(stop: asyncio.Event, other: asyncio.Event, within: float | None = None) -> None:
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(other.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
