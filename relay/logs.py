@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import orjson
 import structlog
@@ -18,13 +19,13 @@ _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 def configure(log_format: str = "json", level: str = "info") -> None:
     numeric = _LEVELS.get(level, 20)
-    shared = [
+    shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     if log_format == "console":
-        processors = [*shared, structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
+        processors: list[Any] = [*shared, structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
         factory = structlog.PrintLoggerFactory(sys.stderr)
     else:
         processors = [

@@ -55,6 +55,9 @@ class Settings:
     shutdown_grace: float = 20.0
     log_format: str = "json"
     log_level: str = "info"
+    # Test hook (crash-injection and poison-message tests): a worker that is about to
+    # send a body containing this marker kills its own process first.
+    test_crash_marker: str = ""
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
     def __repr__(self) -> str:
@@ -116,6 +119,7 @@ class Settings:
         convert("LOG_FORMAT", "log_format", _log_format)
         convert("LOG_LEVEL", "log_level", str.lower)
         convert("WORKER_ID", "worker_id", str)
+        convert("TEST_CRASH_MARKER", "test_crash_marker", str)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 

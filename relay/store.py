@@ -79,8 +79,12 @@ class Outcome:
     entry: bytes  # attempt log entry, JSON object without "n"
 
 
-def _num(value: str | None) -> int | None:
-    return None if value in (None, "", "-1") else int(float(value))  # type: ignore[arg-type]
+def _num(value: str | int | None) -> int | None:
+    """An integer field or script result; None for absent, empty or the -1 sentinel."""
+    if value is None or value == "":
+        return None
+    number = int(float(value))
+    return None if number == -1 else number
 
 
 def encode_cursor(score: float, member: str) -> str:
@@ -363,9 +367,9 @@ class Store:
                     for m, s in batch
                     if after is None or s < after[0] or (s == after[0] and m < after[1])
                 ]
-                rows = {r["id"]: r for r in await self.get_deliveries(sk, [m for _, m in page])}
+                got = {r["id"]: r for r in await self.get_deliveries(sk, [m for _, m in page])}
                 for s, m in page:
-                    r = rows.get(m)
+                    r = got.get(m)
                     if r is not None and _matches(r, status, endpoint_id):
                         found.append((s, m, r))
                         matched += 1

@@ -301,6 +301,8 @@ class Worker:
             )
         if not endpoint.get("enabled", True):
             return Outcome(c.id, c.token, "defer", DISABLED_DEFER_MS, None, "", b"{}")
+        if self.settings.test_crash_marker and self.settings.test_crash_marker in c.body:
+            os._exit(86)  # test hook: a poison message that kills its worker every time
         if self._before_send is not None:
             maybe = self._before_send(c)
             if maybe is not None:

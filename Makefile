@@ -1,0 +1,28 @@
+# relay: `make run` starts it, `make test` proves it. Both set themselves up.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: run test lint setup crash bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/relay dev
+
+lint: $(STAMP)
+	$(BIN)/ruff check relay tests
+	$(BIN)/ruff format --check relay tests
+	$(BIN)/mypy relay
+
+test: $(STAMP) lint
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache
