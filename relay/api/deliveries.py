@@ -69,7 +69,7 @@ async def replay(request: web.Request) -> web.Response:
         409,
         "delivery_not_replayable",
         f"delivery {delivery_id} is {result}; only dead or succeeded can be replayed",
-        status=result,
+        current_status=result,
     )
 
 
