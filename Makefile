@@ -24,5 +24,12 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	$(BIN)/pytest -q
 
+crash: $(STAMP)
+	$(BIN)/python scripts/crash.py
+
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/run.py
+
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache
