@@ -3,7 +3,9 @@
 Layout (prefix ``relay`` by default, ``v1`` is the layout version). Each queue shard
 lives under its own hash tag ``{sN}``, so every script touches one hash slot and the
 same code runs on a single Redis and on Redis Cluster. Endpoint configuration lives
-under the tag ``{cfg}``.
+under the tag ``{cfg}``; each endpoint's shared health and pacing state (breaker, rate
+limit, in-flight slots) under its own tag ``{ep_X}``, settled by one script for all
+workers together.
 
 =========================================  ======  =============================================
 key                                        type    holds
@@ -21,6 +23,10 @@ key                                        type    holds
 ``relay:v1:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
 ``relay:v1:{s0}:stats``                    hash    shard counters (reclaimed)
 ``relay:v1:{s0}:wake``                     pubsub  "work became due earlier than you thought"
+``relay:v1:{s0}:held:<endpoint_id>``       zset    deliveries held while their endpoint is disabled
+``relay:v1:{ep_X}:breaker``                hash    circuit breaker of ep_X (state, failures)
+``relay:v1:{ep_X}:rate``                   string  rate limit: GCRA theoretical arrival time (ms)
+``relay:v1:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
 ``relay:v1:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
 ``relay:v1:{cfg}:app:<app>``               set     endpoint ids of one app
 =========================================  ======  =============================================
@@ -85,6 +91,18 @@ class ShardKeys:
     def idempotency(self, app: str, key: str) -> str:
         return f"{self.base}idem:{app}:{key}"
 
+    def held(self, endpoint_id: str) -> str:
+        return f"{self.base}held:{endpoint_id}"
+
+
+@dataclass(frozen=True)
+class EndpointKeys:
+    """Shared health and pacing state of one endpoint, under its own hash tag."""
+
+    breaker: str
+    rate: str
+    inflight: str
+
 
 @dataclass(frozen=True)
 class Keys:
@@ -107,3 +125,7 @@ class Keys:
 
     def app(self, app: str) -> str:
         return f"{self.prefix}:v1:{{cfg}}:app:{app}"
+
+    def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
+        base = f"{self.prefix}:v1:{{{endpoint_id}}}:"
+        return EndpointKeys(base + "breaker", base + "rate", base + "inflight")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
 from relay import matching, signing
@@ -98,6 +98,9 @@ class EndpointIn(Strict):
     _secret = field_validator("secret")(_check_secret)
 
 
+_NOT_NULLABLE = frozenset({"url", "app", "event_types", "description", "headers", "enabled"})
+
+
 class EndpointPatch(Strict):
     """Change an endpoint: only the fields given change."""
 
@@ -109,6 +112,17 @@ class EndpointPatch(Strict):
     rate_limit: Annotated[float | None, Field(gt=0, le=100_000)] = None
     max_in_flight: Annotated[int | None, Field(ge=1, le=10_000)] = None
     enabled: bool | None = None
+
+    @model_validator(mode="after")
+    def _no_nulls(self) -> EndpointPatch:
+        # null clears rate_limit / max_in_flight; for any other field it would store a
+        # broken endpoint (no url, no app, ...), so it is refused.
+        nulled = sorted(
+            f for f in self.model_fields_set & _NOT_NULLABLE if getattr(self, f) is None
+        )
+        if nulled:
+            raise ValueError(f"{', '.join(nulled)} cannot be null")
+        return self
 
     @field_validator("url")
     @classmethod
@@ -126,6 +140,15 @@ class EndpointPatch(Strict):
         return None if v is None else _check_types(v)
 
 
+class BreakerOut(BaseModel):
+    state: Literal["closed", "open", "half_open"]
+    consecutive_failures: int
+    open_until: int | None = Field(description="ms since the epoch, while open")
+    failing_since: int | None
+    last_success_at: int | None
+    times_opened: int
+
+
 class EndpointOut(BaseModel):
     id: str
     app: str
@@ -141,6 +164,8 @@ class EndpointOut(BaseModel):
     secret: str | None = Field(
         default=None, description="only in the answers to create and rotate-secret"
     )
+    breaker: BreakerOut | None = Field(default=None, description="on reads")
+    disabled_reason: str | None = None
 
 
 class EndpointList(BaseModel):

@@ -22,6 +22,10 @@ NAMES = (
     "endpoint_put",
     "endpoint_delete",
     "endpoints_for_app",
+    "admit",
+    "settle",
+    "hold",
+    "resume",
 )
 
 

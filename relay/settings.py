@@ -53,6 +53,11 @@ class Settings:
     dead_retention: float = 30 * 86400.0
     idempotency_ttl: float = 86400.0
     shutdown_grace: float = 20.0
+    breaker_threshold: int = 5
+    breaker_cooldown: float = 30.0
+    breaker_cooldown_max: float = 3600.0
+    disable_after: float = 5 * 86400.0
+    slow_send_after: float = 1.0
     log_format: str = "json"
     log_level: str = "info"
     # Test hook (crash-injection and poison-message tests): a worker that is about to
@@ -116,6 +121,11 @@ class Settings:
         convert("DEAD_RETENTION", "dead_retention", _positive_duration)
         convert("IDEMPOTENCY_TTL", "idempotency_ttl", _positive_duration)
         convert("SHUTDOWN_GRACE", "shutdown_grace", parse_duration)
+        convert("BREAKER_THRESHOLD", "breaker_threshold", _positive_int)
+        convert("BREAKER_COOLDOWN", "breaker_cooldown", _positive_duration)
+        convert("BREAKER_COOLDOWN_MAX", "breaker_cooldown_max", _positive_duration)
+        convert("DISABLE_AFTER", "disable_after", _positive_duration)
+        convert("SLOW_SEND_AFTER", "slow_send_after", _positive_duration)
         convert("LOG_FORMAT", "log_format", _log_format)
         convert("LOG_LEVEL", "log_level", str.lower)
         convert("WORKER_ID", "worker_id", str)

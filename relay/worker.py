@@ -27,8 +27,11 @@ from typing import Any
 import aiohttp
 import orjson
 import structlog
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from relay import metrics, retry, sender
+from relay.health import Health, Settled
 from relay.keys import ShardKeys
 from relay.settings import Settings
 from relay.store import Claimed, Outcome, Store
@@ -36,7 +39,10 @@ from relay.store import Claimed, Outcome, Store
 log = structlog.get_logger("relay.worker")
 
 IDLE_CAP = 2.0  # longest idle sleep: a safety net for a missed pub/sub message
-DISABLED_DEFER_MS = 60_000
+# A send in flight longer than slow_send_after stops counting against the concurrency,
+# so an endpoint that hangs until the timeout cannot occupy every slot (no head-of-line
+# blocking); at most SLOW_HEADROOM x concurrency requests are open in all.
+SLOW_HEADROOM = 4
 
 
 @dataclass
@@ -49,36 +55,49 @@ class Stats:
     fenced: int = 0
     reclaimed: int = 0
     released: int = 0
+    deferred: int = 0
+    held: int = 0
     lease_extensions: int = 0
     claim_batches: list[int] = field(default_factory=list)
 
 
-class Recorder:
-    """Group commit of outcomes: whatever finished while the last write ran goes next."""
+class GroupCommit:
+    """Group commit: whatever was submitted while the last write ran goes in the next one.
 
-    def __init__(self, store: Store, max_batch: int = 256) -> None:
-        self._store = store
+    ``write(key, items)`` returns one result per item; every key is written separately
+    (a key is a shard or an endpoint: one hash slot, one script call).
+    """
+
+    def __init__(
+        self,
+        write: Callable[[Any, list[Any]], Awaitable[list[Any]]],
+        name: str,
+        max_batch: int = 256,
+    ) -> None:
+        self._write = write
+        self._name = name
         self._max = max_batch
-        self._pending: dict[int, list[tuple[Outcome, asyncio.Future[int]]]] = {}
-        self._shards: dict[int, ShardKeys] = {}
+        self._pending: dict[Any, list[tuple[Any, asyncio.Future[Any]]]] = {}
         self._kick = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._task: asyncio.Task[None] | None = None
-        self._busy = False
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="relay-recorder")
+        self._task = asyncio.create_task(self._run(), name=self._name)
 
-    def submit(self, sk: ShardKeys, outcome: Outcome) -> asyncio.Future[int]:
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._shards[sk.shard] = sk
-        self._pending.setdefault(sk.shard, []).append((outcome, fut))
+    def submit(self, key: Any, item: Any) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(key, []).append((item, fut))
+        self._idle.clear()
         self._kick.set()
         return fut
 
     async def drain(self) -> None:
-        while self._pending or self._busy:
+        """Wait until everything submitted so far is written."""
+        while self._pending or not self._idle.is_set():
             self._kick.set()
-            await asyncio.sleep(0.005)
+            await self._idle.wait()
 
     async def stop(self) -> None:
         await self.drain()
@@ -91,15 +110,14 @@ class Recorder:
             await self._kick.wait()
             self._kick.clear()
             while self._pending:
-                shard, items = next(iter(self._pending.items()))
+                key, items = next(iter(self._pending.items()))
                 batch, rest = items[: self._max], items[self._max :]
                 if rest:
-                    self._pending[shard] = rest
+                    self._pending[key] = rest
                 else:
-                    del self._pending[shard]
-                self._busy = True
+                    del self._pending[key]
                 try:
-                    res = await self._write(self._shards[shard], [o for o, _ in batch])
+                    res = await _with_retries(self._write, key, [i for i, _ in batch])
                     for (_, fut), r in zip(batch, res, strict=True):
                         if not fut.done():
                             fut.set_result(r)
@@ -107,33 +125,38 @@ class Recorder:
                     for _, fut in batch:
                         if not fut.done():
                             fut.set_exception(exc)
-                finally:
-                    self._busy = False
+            if not self._pending:
+                self._idle.set()
 
-    async def _write(self, sk: ShardKeys, outcomes: list[Outcome]) -> list[int]:
-        # Redis may blip (failover, restart): retry for a while rather than drop a result.
-        # If it never comes back, the lease runs out and the delivery is sent again.
-        delay = 0.05
-        for _ in range(40):
-            try:
-                return await self._store.record(sk, outcomes)
-            except (ConnectionError, OSError, TimeoutError) as exc:
-                log.warning("record.retry", error=str(exc))
-            except Exception as exc:
-                if "LOADING" not in str(exc) and "Connection" not in type(exc).__name__:
-                    raise
-                log.warning("record.retry", error=str(exc))
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-        return await self._store.record(sk, outcomes)
+
+async def _with_retries(write: Callable[..., Awaitable[Any]], key: Any, items: list[Any]) -> Any:
+    """Ride through a Redis blip (failover, restart, loading) rather than drop a result.
+
+    If Redis never comes back, the lease runs out and the delivery is sent again.
+    """
+    delay = 0.05
+    for _ in range(40):
+        try:
+            return await write(key, items)
+        except (ConnectionError, OSError, TimeoutError, RedisConnectionError) as exc:
+            log.warning("write.retry", error=str(exc))
+        except ResponseError as exc:
+            if "LOADING" not in str(exc):
+                raise
+            log.warning("write.retry", error=str(exc))
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
+    return await write(key, items)
 
 
 @dataclass
 class _InFlight:
     sk: ShardKeys
     claim: Claimed
+    endpoint: dict[str, Any] | None = None
     task: asyncio.Task[None] | None = None
     recording: bool = False
+    slow: bool = False
 
 
 class Worker:
@@ -156,7 +179,12 @@ class Worker:
         self._inflight: dict[str, _InFlight] = {}
         self._slot_free = asyncio.Event()
         self._wake = asyncio.Event()
-        self._recorder = Recorder(store)
+        self._recorder = GroupCommit(store.record, "relay-recorder")
+        self.health = Health(store)
+        self._settler = GroupCommit(self._settle_batch, "relay-settler")
+        self._slow = 0  # sends in flight for longer than slow_send_after
+        self._avg_ms: dict[str, float] = {}  # send duration per endpoint (deferral spread)
+        self._disabling: set[str] = set()
         self._tokens = itertools.count()
         self._token_base = f"{settings.worker_id}:{os.urandom(3).hex()}"
         self._shards = store.keys.all_shards()
@@ -173,10 +201,11 @@ class Worker:
         if self._session is None:
             self._session = sender.make_session(
                 timeout=self.settings.http_timeout,
-                limit=self.settings.worker_concurrency,
+                limit=self.settings.worker_concurrency * SLOW_HEADROOM,
                 allow_private=self.settings.allow_private_networks,
             )
         self._recorder.start()
+        self._settler.start()
         heartbeat = asyncio.create_task(self._heartbeat(stop), name="relay-heartbeat")
         listener = asyncio.create_task(self._listen(), name="relay-wake")
         log.info("worker.started", worker=self.settings.worker_id, shards=len(self._shards))
@@ -194,7 +223,7 @@ class Worker:
     async def _loop(self, stop: asyncio.Event, burst: bool) -> None:
         rotation = 0
         while not stop.is_set():
-            free = self.settings.worker_concurrency - len(self._inflight)
+            free = self._free()
             # With a backlog, wait for a quarter of the slots rather than claim one by one.
             if free <= 0 or (free < self._low_water and self._backlog):
                 self._slot_free.clear()
@@ -205,7 +234,7 @@ class Worker:
             order = self._shards[rotation:] + self._shards[:rotation]
             rotation = (rotation + 1) % len(self._shards)
             for sk in order:
-                free = self.settings.worker_concurrency - len(self._inflight)
+                free = self._free()
                 if free <= 0 or stop.is_set():
                     break
                 got += await self._claim_from(sk, free)
@@ -215,6 +244,12 @@ class Worker:
             if burst and not self._inflight and self._nothing_due_soon():
                 return
             await _wait_any(stop, self._wake, within=self._idle_timeout(burst))
+
+    def _free(self) -> int:
+        """Send slots free: slow sends do not count, up to the hard cap on open requests."""
+        concurrency = self.settings.worker_concurrency
+        active = len(self._inflight) - self._slow
+        return min(concurrency - active, concurrency * SLOW_HEADROOM - len(self._inflight))
 
     def _nothing_due_soon(self) -> bool:
         now = time.time() * 1000
@@ -266,11 +301,52 @@ class Worker:
         self.stats.claim_batches.append(len(res.items))
         metrics.CLAIM_BATCH.observe(len(res.items))
         endpoints = await self.store.get_endpoints(c.endpoint_id for c in res.items)
+        groups: dict[str, list[Claimed]] = {}
+        held: dict[str, list[Claimed]] = {}
         for c in res.items:
-            f = _InFlight(sk, c)
-            self._inflight[c.token] = f
-            f.task = asyncio.create_task(self._deliver(f, endpoints.get(c.endpoint_id)))
+            ep = endpoints.get(c.endpoint_id)
+            if ep is None:
+                self._spawn(sk, c, None)  # deleted endpoint: recorded dead, no request
+            elif not ep.get("enabled", True):
+                held.setdefault(c.endpoint_id, []).append(c)
+            else:
+                groups.setdefault(c.endpoint_id, []).append(c)
+        await asyncio.gather(
+            *(self._hold(sk, e, cs) for e, cs in held.items()),
+            *(self._admit(sk, endpoints[e], cs) for e, cs in groups.items()),
+        )
         return len(res.items)
+
+    def _spawn(self, sk: ShardKeys, c: Claimed, endpoint: dict[str, Any] | None) -> None:
+        f = _InFlight(sk, c, endpoint)
+        self._inflight[c.token] = f
+        f.task = asyncio.create_task(self._deliver(f, endpoint))
+
+    async def _admit(self, sk: ShardKeys, endpoint: dict[str, Any], cs: list[Claimed]) -> None:
+        """Ask the endpoint's shared breaker/limits which sends may go; defer the rest."""
+        spread = int(self._avg_ms.get(endpoint["id"], 100.0))
+        try:
+            _, waits = await self.health.admit(endpoint, [c.token for c in cs], spread)
+        except Exception as exc:  # Redis trouble: fail open rather than strand the claims
+            log.warning("admit.failed", endpoint_id=endpoint["id"], error=str(exc))
+            waits = [0] * len(cs)
+        for c, wait in zip(cs, waits, strict=True):
+            if wait == 0:
+                self._spawn(sk, c, endpoint)
+            else:  # not sent, so not charged: back to due after the wait
+                self.stats.deferred += 1
+                fut = self._recorder.submit(
+                    sk, Outcome(c.id, c.token, "defer", wait, None, "", b"{}")
+                )
+                fut.add_done_callback(_log_failure)
+
+    async def _hold(self, sk: ShardKeys, endpoint_id: str, cs: list[Claimed]) -> None:
+        """Park deliveries of a disabled endpoint until it is enabled again."""
+        try:
+            n = await self.health.hold(sk, endpoint_id, [(c.id, c.token) for c in cs])
+            self.stats.held += n
+        except Exception as exc:  # the leases run out and they come back
+            log.warning("hold.failed", endpoint_id=endpoint_id, error=str(exc))
 
     # ------------------------------------------------------------------ one delivery
 
@@ -279,28 +355,71 @@ class Worker:
         structlog.contextvars.bind_contextvars(
             delivery_id=c.id, event_id=c.event_id, endpoint_id=c.endpoint_id, attempt=c.attempts
         )
+        slow_timer = asyncio.get_running_loop().call_later(
+            self.settings.slow_send_after, self._mark_slow, f
+        )
         try:
-            outcome = await self._attempt(c, endpoint)
+            outcome, verdict = await self._attempt(c, endpoint)
             f.recording = True
-            result = await asyncio.shield(self._recorder.submit(f.sk, outcome))
+            record = self._recorder.submit(f.sk, outcome)
+            settle = None
+            if endpoint is not None and verdict is not None:
+                settle = self._settler.submit(endpoint["id"], (c.token, verdict))
+            result = await asyncio.shield(record)
             if result == 0:
                 self.stats.fenced += 1
                 log.warning("delivery.fenced", detail="claim superseded; outcome logged only")
+            if settle is not None and endpoint is not None:
+                self._after_settle(endpoint, await asyncio.shield(settle))
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("delivery.crashed")
         finally:
+            slow_timer.cancel()
+            if f.slow:
+                self._slow -= 1
             self._inflight.pop(c.token, None)
             self._slot_free.set()
 
-    async def _attempt(self, c: Claimed, endpoint: dict[str, Any] | None) -> Outcome:
+    async def _settle_batch(self, endpoint_id: str, results: list[Any]) -> list[Settled]:
+        settled = await self.health.settle(endpoint_id, results)
+        return [settled] * len(results)
+
+    def _mark_slow(self, f: _InFlight) -> None:
+        if f.claim.token in self._inflight and not f.slow:
+            f.slow = True
+            self._slow += 1
+            self._slot_free.set()
+
+    def _after_settle(self, endpoint: dict[str, Any], s: Settled) -> None:
+        """Disable an endpoint that has failed without one success for disable_after."""
+        if not s.failing_since or endpoint["id"] in self._disabling:
+            return
+        if time.time() * 1000 - s.failing_since >= self.settings.disable_after * 1000:
+            self._disabling.add(endpoint["id"])
+            task = asyncio.create_task(self._disable(endpoint["id"], s.failing_since))
+            task.add_done_callback(lambda _: self._disabling.discard(endpoint["id"]))
+
+    async def _disable(self, endpoint_id: str, failing_since: int) -> None:
+        current = await self.store.get_endpoint(endpoint_id)
+        if current is None or not current.get("enabled", True):
+            return
+        current.update(
+            enabled=False,
+            disabled_reason=f"auto-disabled: no success since {failing_since} (ms)",
+            updated_at=int(time.time() * 1000),
+        )
+        await self.store.put_endpoint(current)
+        log.warning("endpoint.disabled", endpoint_id=endpoint_id, failing_since=failing_since)
+
+    async def _attempt(
+        self, c: Claimed, endpoint: dict[str, Any] | None
+    ) -> tuple[Outcome, str | None]:
+        """Send once; returns the outcome and the breaker verdict ("1", "0", "-")."""
         if endpoint is None:
-            return self._outcome(
-                c, "dead", 0, None, "endpoint_deleted", "endpoint no longer exists"
-            )
-        if not endpoint.get("enabled", True):
-            return Outcome(c.id, c.token, "defer", DISABLED_DEFER_MS, None, "", b"{}")
+            dead = self._outcome(c, "dead", 0, None, "endpoint_deleted", "endpoint was deleted")
+            return dead, None
         if self.settings.test_crash_marker and self.settings.test_crash_marker in c.body:
             os._exit(86)  # test hook: a poison message that kills its worker every time
         if self._before_send is not None:
@@ -341,7 +460,15 @@ class Worker:
             duration_ms=round(resp.duration * 1000, 2),
             next_in_s=round(decision.delay, 3) if decision.outcome == "retry" else None,
         )
-        return self._outcome(
+        ewma = self._avg_ms.get(c.endpoint_id, resp.duration * 1000)
+        self._avg_ms[c.endpoint_id] = 0.8 * ewma + 0.2 * resp.duration * 1000
+        if resp.status is not None and 200 <= resp.status < 300:
+            verdict = "1"
+        elif resp.status == 429:
+            verdict = "-"  # pacing, not ill health
+        else:
+            verdict = "0"
+        outcome = self._outcome(
             c,
             decision.outcome,
             int(decision.delay * 1000),
@@ -350,6 +477,7 @@ class Worker:
             resp.detail or resp.body,
             resp.duration,
         )
+        return outcome, verdict
 
     def _outcome(
         self,
@@ -442,6 +570,12 @@ class Worker:
                 except Exception as exc:
                     log.warning("worker.hand_back_failed", error=str(exc), count=len(claims))
         await self._recorder.stop()
+        await self._settler.stop()
+
+
+def _log_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("write.failed", error=str(fut.exception()))
 
 
 async def _wait_any(stop: asyncio.Event, other: asyncio.Event, within: float | None = None) -> None:

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from relay import ids, signing
 from relay.api.common import STORE, ApiError, body, json, query, route
+from relay.health import Health
 from relay.models import (
     EndpointIn,
     EndpointList,
@@ -58,6 +59,12 @@ async def create(request: web.Request) -> web.Response:
     return json(public(endpoint, with_secret=True), status=201)
 
 
+async def with_breakers(request: web.Request, endpoints: list[dict[str, Any]]) -> list[dict]:
+    """Public views of endpoints, each with its shared breaker state."""
+    breakers = await Health(request.app[STORE]).breakers([e["id"] for e in endpoints])
+    return [{**public(e), "breaker": breakers[e["id"]]} for e in endpoints]
+
+
 @route(
     "GET",
     "/v1/endpoints",
@@ -68,7 +75,7 @@ async def create(request: web.Request) -> web.Response:
 async def list_(request: web.Request) -> web.Response:
     q = query(request, EndpointQuery)
     endpoints = await request.app[STORE].list_endpoints(q.app)
-    return json({"data": [public(e) for e in endpoints]})
+    return json({"data": await with_breakers(request, endpoints)})
 
 
 @route(
@@ -78,7 +85,7 @@ async def list_(request: web.Request) -> web.Response:
     responses={200: EndpointOut, 404: ErrorOut},
 )
 async def read(request: web.Request) -> web.Response:
-    return json(public(await load(request)))
+    return json((await with_breakers(request, [await load(request)]))[0])
 
 
 @route(
@@ -101,11 +108,17 @@ async def read_secret(request: web.Request) -> web.Response:
 async def patch(request: web.Request) -> web.Response:
     endpoint = await load(request)
     data, _ = await body(request, EndpointPatch)
-    old_app = endpoint["app"]
+    old_app, was_enabled = endpoint["app"], endpoint.get("enabled", True)
     endpoint.update(data.model_dump(exclude_unset=True))
     endpoint["updated_at"] = int(time.time() * 1000)
+    if endpoint["enabled"]:
+        endpoint.pop("disabled_reason", None)
     await request.app[STORE].put_endpoint(endpoint, old_app=old_app)
-    return json(public(endpoint))
+    if endpoint["enabled"] and not was_enabled:  # held deliveries resume
+        health = Health(request.app[STORE])
+        await health.reset_failing(endpoint["id"])
+        await health.resume(endpoint["id"])
+    return json((await with_breakers(request, [endpoint]))[0])
 
 
 @route(
@@ -117,6 +130,8 @@ async def patch(request: web.Request) -> web.Response:
 async def delete(request: web.Request) -> web.Response:
     endpoint = await load(request)
     await request.app[STORE].delete_endpoint(endpoint)
+    # Held deliveries come back and, their endpoint gone, are recorded dead.
+    await Health(request.app[STORE]).resume(endpoint["id"])
     return web.Response(status=204)
 
 

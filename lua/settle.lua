@@ -1,0 +1,48 @@
+-- settle.lua: record the results of sends to one endpoint in its breaker, free their slots.
+--
+-- Consecutive failures are counted here, atomically, for all workers together: the
+-- breaker opens on exactly the threshold-th consecutive failure. A failed half-open probe
+-- reopens it with a longer cooldown (doubling, capped); a success closes it.
+--
+-- KEYS[1] breaker (hash)   KEYS[2] in-flight slots (zset)
+-- ARGV[1] threshold   ARGV[2] base cooldown, ms   ARGV[3] max cooldown, ms
+-- ARGV[4..] per result, two values: claim token, "1" success / "0" failure / "-" neutral
+--           (neutral: no verdict on the endpoint's health, e.g. 429 pacing)
+--
+-- Returns {state, consecutive failures, open_until, failing_since (ms or 0), last_success_at}
+local t = redis.call("TIME")
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local threshold = tonumber(ARGV[1])
+local b = KEYS[1]
+local n = (#ARGV - 3) / 2
+for i = 1, n do
+  local token = ARGV[2 + 2 * i]
+  local verdict = ARGV[3 + 2 * i]
+  redis.call("ZREM", KEYS[2], token)
+  local state = redis.call("HGET", b, "state") or "closed"
+  local is_probe = redis.call("HGET", b, "probe") == token
+  if verdict == "1" then
+    redis.call("HSET", b, "state", "closed", "failures", 0, "last_success_at", now)
+    redis.call("HDEL", b, "probe", "probe_until", "open_until", "cooldown", "failing_since")
+  elseif verdict == "0" then
+    local failures = redis.call("HINCRBY", b, "failures", 1)
+    if failures == 1 then redis.call("HSETNX", b, "failing_since", now) end
+    if state == "half_open" and is_probe then
+      local cooldown = math.min(tonumber(redis.call("HGET", b, "cooldown") or ARGV[2]) * 2,
+        tonumber(ARGV[3]))
+      redis.call("HSET", b, "state", "open", "cooldown", cooldown, "open_until", now + cooldown,
+        "opened_at", now)
+      redis.call("HDEL", b, "probe", "probe_until")
+    elseif state == "closed" and failures >= threshold then
+      redis.call("HSET", b, "state", "open", "cooldown", ARGV[2],
+        "open_until", now + tonumber(ARGV[2]), "opened_at", now)
+      redis.call("HINCRBY", b, "opened", 1)
+    end
+  elseif is_probe then
+    -- a neutral probe result (e.g. 429) lets the next probe go
+    redis.call("HDEL", b, "probe", "probe_until")
+  end
+end
+local f = redis.call("HMGET", b, "state", "failures", "open_until", "failing_since",
+  "last_success_at")
+return {f[1] or "closed", f[2] or 0, f[3] or 0, f[4] or 0, f[5] or 0}

@@ -1,0 +1,118 @@
+"""Endpoint health and pacing, shared by all workers: breaker, rate limit, in-flight cap.
+
+Each endpoint's state lives under its own hash tag (``relay:v1:{ep_X}:...``, see
+:mod:`relay.keys`) and changes only through ``lua/admit.lua`` (before sends) and
+``lua/settle.lua`` (after them), so counts are exact across any number of workers.
+Deliveries of a disabled endpoint are parked per shard (``lua/hold.lua``) and come back
+when it is re-enabled (``lua/resume.lua``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relay.store import Store
+
+SLOT_MARGIN_MS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    state: str
+    failures: int
+    open_until: int
+    failing_since: int
+    last_success_at: int
+
+
+def burst_for(rate: float) -> int:
+    """Requests allowed back to back: a tenth of a second's worth, at least one."""
+    return max(1, math.floor(rate / 10))
+
+
+class Health:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.settings = store.settings
+
+    async def admit(
+        self, endpoint: dict[str, Any], tokens: Sequence[str], spread_ms: int
+    ) -> tuple[str, list[int]]:
+        """Per token: 0 to send now, else milliseconds to wait (not charged an attempt)."""
+        ek = self.store.keys.endpoint_state(endpoint["id"])
+        rate = endpoint.get("rate_limit") or 0
+        res = await self.store.scripts.admit(
+            keys=[ek.breaker, ek.rate, ek.inflight],
+            args=[
+                rate,
+                burst_for(rate) if rate else 1,
+                endpoint.get("max_in_flight") or 0,
+                int(self.settings.http_timeout * 1000) + SLOT_MARGIN_MS,
+                max(1, spread_ms),
+                *tokens,
+            ],
+        )
+        return res[0], [int(float(x)) for x in res[1:]]
+
+    async def settle(self, endpoint_id: str, results: Sequence[tuple[str, str]]) -> Settled:
+        """``results``: (claim token, "1" success | "0" failure | "-" neutral)."""
+        ek = self.store.keys.endpoint_state(endpoint_id)
+        args: list[Any] = [
+            self.settings.breaker_threshold,
+            int(self.settings.breaker_cooldown * 1000),
+            int(self.settings.breaker_cooldown_max * 1000),
+        ]
+        for token, verdict in results:
+            args += [token, verdict]
+        r = await self.store.scripts.settle(keys=[ek.breaker, ek.inflight], args=args)
+        return Settled(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]))
+
+    async def breakers(self, endpoint_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Breaker state of each endpoint, as the API shows it."""
+        if not endpoint_ids:
+            return {}
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            for e in endpoint_ids:
+                pipe.hgetall(self.store.keys.endpoint_state(e).breaker)
+            rows = await pipe.execute()
+        return {e: breaker_view(r) for e, r in zip(endpoint_ids, rows, strict=True)}
+
+    async def hold(self, sk: Any, endpoint_id: str, claims: Sequence[tuple[str, str]]) -> int:
+        keys = [sk.processing, sk.held(endpoint_id), *(sk.delivery(i) for i, _ in claims)]
+        args = [*(t for _, t in claims), *(i for i, _ in claims)]
+        return int(await self.store.scripts.hold(keys=keys, args=args))
+
+    async def reset_failing(self, endpoint_id: str) -> None:
+        """Forget the failure streak (an operator re-enabled the endpoint)."""
+        await self.store.redis.hdel(
+            self.store.keys.endpoint_state(endpoint_id).breaker, "failing_since"
+        )
+
+    async def resume(self, endpoint_id: str) -> int:
+        """Move an endpoint's held deliveries back to due, on every shard."""
+        total = 0
+        for sk in self.store.keys.all_shards():
+            total += int(
+                await self.store.scripts.resume(
+                    keys=[sk.held(endpoint_id), sk.due], args=[sk.base, sk.wake]
+                )
+            )
+        return total
+
+
+def breaker_view(raw: dict[str, str]) -> dict[str, Any]:
+    def num(name: str) -> int | None:
+        v = raw.get(name)
+        return int(float(v)) if v not in (None, "", "0") else None
+
+    return {
+        "state": raw.get("state", "closed"),
+        "consecutive_failures": int(raw.get("failures", 0)),
+        "open_until": num("open_until"),
+        "failing_since": num("failing_since"),
+        "last_success_at": num("last_success_at"),
+        "times_opened": int(raw.get("opened", 0)),
+    }
