@@ -29,12 +29,31 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
+async def _start_store(store: Store, stop: asyncio.Event) -> bool:
+    """Load the scripts, waiting while Redis is down or loading (a process started or
+    restarted during a Redis restart waits for it rather than exiting). False: stopped."""
+    delay = 0.1
+    while True:
+        try:
+            await store.start()
+            return True
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            log.warning("redis.unavailable", error=str(exc), retry_in_s=delay)
+        try:
+            await asyncio.wait_for(stop.wait(), delay)
+            return False
+        except TimeoutError:
+            delay = min(delay * 2, 2.0)
+
+
 async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
     """Run the API and/or a worker until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     _stop_on_signals(stop)
     store = Store(connect(settings), settings)
-    await store.start()
+    if not await _start_store(store, stop):
+        await store.close()
+        return
     runner = None
     tasks = []
     try:
