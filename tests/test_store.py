@@ -1,0 +1,566 @@
+"""Contract tests for relay.store and its Lua scripts, run on fakeredis AND real Redis.
+
+The ``st`` fixture is parametrized over both backends, so the same scripts in ``lua/``
+are held to the same tests on each; the NOSCRIPT test needs a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import itertools
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from relay import ids, signing
+from relay.store import Outcome, Store
+
+pytestmark = pytest.mark.realredis
+
+
+@pytest.fixture(params=["fake", "real"])
+def backend(request: pytest.FixtureRequest) -> Any:
+    # The fixture functions are async; resolving them here (outside the loop) keeps one
+    # parametrized suite for both backends.
+    if request.param == "fake":
+        return request.getfixturevalue("fake_store")
+    return request.getfixturevalue("make_store")
+
+
+@pytest.fixture
+async def st(backend: Any) -> Store:
+    return backend if isinstance(backend, Store) else await backend()
+
+
+async def keyset(store: Store) -> set[str]:
+    return {k async for k in store.redis.scan_iter(match=store.settings.key_prefix + "*")}
+
+
+async def add_endpoint(store: Store, app: str = "default", **extra: Any) -> dict[str, Any]:
+    now = int(time.time() * 1000)
+    ep = {
+        "id": ids.new_id("ep"),
+        "app": app,
+        "url": "http://127.0.0.1:9/x",
+        "event_types": ["*"],
+        "description": "",
+        "headers": {},
+        "secret": signing.generate_secret(),
+        "previous_secrets": [],
+        "rate_limit": None,
+        "max_in_flight": None,
+        "enabled": True,
+        "created_at": now,
+        "updated_at": now,
+        **extra,
+    }
+    await store.put_endpoint(ep)
+    return ep
+
+
+async def publish(
+    store: Store,
+    endpoint_ids: list[str],
+    *,
+    idem: tuple[str, bytes] | None = None,
+    created_ms: int | None = None,
+    shard: int = 0,
+) -> tuple[str, list[str], str | None]:
+    now = created_ms or int(time.time() * 1000)
+    event_id = ids.new_id("evt", shard, now)
+    dlv = [(ids.new_id("dlv", shard, now), e) for e in endpoint_ids]
+    body = signing.build_body(event_id, "order.paid", now, b'{"n":1}')
+    taken = await store.publish(
+        shard=shard,
+        event_id=event_id,
+        event_type="order.paid",
+        app="default",
+        body=body,
+        created_ms=now,
+        deliveries=dlv,
+        idempotency=idem,
+    )
+    return event_id, [d for d, _ in dlv], taken
+
+
+def outcome(
+    c: Any, kind: str, delay_ms: int = 0, code: int | None = 200, token: str = ""
+) -> Outcome:
+    entry = orjson.dumps({"attempt": c.attempts, "at": 1, "status_code": code, "worker": "w1"})
+    return Outcome(c.id, token or c.token, kind, delay_ms, code, "" if code == 200 else "x", entry)
+
+
+_calls = itertools.count()
+
+
+async def claim(store: Store, limit: int = 10, lease_ms: int = 60_000, tag: str = "c") -> Any:
+    # the token prefix is unique per claim call, as the worker makes it
+    sk = store.keys.shard(0)
+    prefix = f"{tag}:{next(_calls)}"
+    return await store.claim(sk, limit=limit, lease_ms=lease_ms, token_prefix=prefix, worker="w1")
+
+
+async def h(store: Store, delivery_id: str) -> dict[str, str]:
+    return await store.redis.hgetall(store.keys.shard(0).delivery(delivery_id))
+
+
+async def log(store: Store, delivery_id: str) -> list[dict[str, Any]]:
+    raw = await store.redis.lrange(store.keys.shard(0).log(delivery_id), 0, -1)
+    return [orjson.loads(x) for x in raw]
+
+
+async def zmembers(store: Store, key: str) -> dict[str, float]:
+    return dict(await store.redis.zrange(key, 0, -1, withscores=True))
+
+
+# ---------------------------------------------------------------------- publish
+
+
+async def test_publish_writes_event_deliveries_and_indexes(st: Store) -> None:
+    a, b = await add_endpoint(st), await add_endpoint(st)
+    before = await keyset(st)
+    event_id, dlv, taken = await publish(st, [a["id"], b["id"]])
+    assert taken is None
+    sk = st.keys.shard(0)
+    written = await keyset(st) - before
+    assert written == {
+        sk.event(event_id),
+        sk.events,
+        sk.due,
+        sk.deliveries,
+        *(sk.delivery(d) for d in dlv),
+        sk.endpoint_index(a["id"]),
+        sk.endpoint_index(b["id"]),
+    }
+    evt = await st.redis.hgetall(sk.event(event_id))
+    assert evt["type"] == "order.paid" and evt["app"] == "default"
+    assert orjson.loads(evt["body"])["data"] == {"n": 1}
+    assert [d["id"] for d in orjson.loads(evt["deliveries"])] == dlv
+    assert set(await zmembers(st, sk.due)) == set(dlv)
+    assert set(await zmembers(st, sk.deliveries)) == set(dlv)
+    assert await zmembers(st, sk.events) == {event_id: float(evt["created_at"])}
+    for d, ep in zip(dlv, (a, b), strict=True):
+        rec = await h(st, d)
+        assert rec["status"] == "pending" and rec["attempts"] == "0"
+        assert rec["max_attempts"] == str(st.settings.max_attempts)
+        assert rec["event_id"] == event_id and rec["endpoint_id"] == ep["id"]
+        assert list(await zmembers(st, sk.endpoint_index(ep["id"]))) == [d]
+
+
+async def test_publish_idempotency_key_taken_writes_nothing(st: Store) -> None:
+    ep = await add_endpoint(st)
+    _, first, taken = await publish(st, [ep["id"]], idem=("k1", b"first-answer"))
+    assert taken is None
+    before = await keyset(st)
+    dbsize = await st.redis.dbsize()
+    event_id, dlv, taken = await publish(st, [ep["id"]], idem=("k1", b"other"))
+    assert taken == "first-answer"
+    assert await keyset(st) == before
+    assert await st.redis.dbsize() == dbsize
+    sk = st.keys.shard(0)
+    assert not await st.redis.exists(sk.event(event_id), sk.delivery(dlv[0]))
+    assert list(await zmembers(st, sk.due)) == first
+    # another key is free
+    assert (await publish(st, [ep["id"]], idem=("k2", b"x")))[2] is None
+
+
+# ---------------------------------------------------------------------- claim
+
+
+async def test_claim_counts_attempt_leases_and_mints_tokens(st: Store) -> None:
+    ep = await add_endpoint(st)
+    _, _dlv, _ = await publish(st, [ep["id"]] * 3)
+    sk = st.keys.shard(0)
+    res = await claim(st, limit=2, lease_ms=60_000, tag="tokA")
+    assert len(res.items) == 2
+    assert res.next_due_ms is not None and res.next_due_ms <= res.now_ms
+    leases = await zmembers(st, sk.processing)
+    assert set(leases) == {c.id for c in res.items}
+    for c in res.items:
+        assert c.attempts == 1 and c.max_attempts == st.settings.max_attempts
+        assert c.token.startswith("tokA:") and c.endpoint_id == ep["id"]
+        assert orjson.loads(c.body)["data"] == {"n": 1}
+        assert leases[c.id] == res.now_ms + 60_000
+        rec = await h(st, c.id)
+        assert rec["status"] == "delivering" and rec["claim"] == c.token
+        assert rec["attempts"] == "1" and rec["worker"] == "w1"
+    assert len({c.token for c in res.items}) == 2
+    assert len(await zmembers(st, sk.due)) == 1
+    rest = await claim(st, limit=10, tag="tokB")
+    assert len(rest.items) == 1 and rest.items[0].id not in leases
+    empty = await claim(st, tag="tokC")
+    assert empty.items == [] and empty.next_due_ms is None
+    assert empty.next_lease_ms == res.now_ms + 60_000
+
+
+async def test_claim_skips_not_yet_due(st: Store) -> None:
+    ep = await add_endpoint(st)
+    _, dlv, _ = await publish(st, [ep["id"]])
+    c = (await claim(st)).items[0]
+    assert await st.record(st.keys.shard(0), [outcome(c, "retry", 60_000, 500)]) == [1]
+    res = await claim(st)
+    assert res.items == []
+    assert res.next_due_ms is not None and res.next_due_ms >= res.now_ms + 59_000
+    assert (await h(st, dlv[0]))["attempts"] == "1"
+
+
+# ---------------------------------------------------------------------- record
+
+
+async def test_record_succeeded(st: Store) -> None:
+    ep = await add_endpoint(st)
+    _, _dlv, _ = await publish(st, [ep["id"]])
+    sk = st.keys.shard(0)
+    c = (await claim(st)).items[0]
+    assert await st.record(sk, [outcome(c, "succeeded")]) == [1]
+    rec = await h(st, c.id)
+    assert rec["status"] == "succeeded" and rec["last_status_code"] == "200"
+    assert "claim" not in rec and "lease_until" not in rec and "next_attempt_at" not in rec
+    assert "finished_at" in rec
+    assert list(await zmembers(st, sk.succeeded)) == [c.id]
+    assert not await zmembers(st, sk.processing) and not await zmembers(st, sk.due)
+    assert await log(st, c.id) == [
+        {"n": 1, "attempt": 1, "at": 1, "status_code": 200, "worker": "w1"}
+    ]
+
+
+async def test_record_retry_then_dead(st: Store) -> None:
+    ep = await add_endpoint(st)
+    await publish(st, [ep["id"]])
+    sk = st.keys.shard(0)
+    c = (await claim(st)).items[0]
+    assert await st.record(sk, [outcome(c, "retry", 0, 500)]) == [1]
+    rec = await h(st, c.id)
+    assert rec["status"] == "pending" and rec["attempts"] == "1"
+    assert rec["last_status_code"] == "500" and rec["last_error"] == "x"
+    due = await zmembers(st, sk.due)
+    assert due == {c.id: float(rec["next_attempt_at"])}
+    assert not await zmembers(st, sk.processing)
+    c2 = (await claim(st)).items[0]
+    assert c2.id == c.id and c2.attempts == 2 and c2.token != c.token
+    assert await st.record(sk, [outcome(c2, "dead", 0, 500)]) == [1]
+    rec = await h(st, c.id)
+    assert rec["status"] == "dead" and "next_attempt_at" not in rec
+    assert list(await zmembers(st, sk.dead)) == [c.id]
+    assert not await zmembers(st, sk.due) and not await zmembers(st, sk.processing)
+    assert [e["n"] for e in await log(st, c.id)] == [1, 2]
+
+
+async def test_record_defer_refunds_attempt_and_logs_nothing(st: Store) -> None:
+    ep = await add_endpoint(st)
+    await publish(st, [ep["id"]])
+    sk = st.keys.shard(0)
+    c = (await claim(st)).items[0]
+    res = await st.record(sk, [Outcome(c.id, c.token, "defer", 60_000, None, "", b"{}")])
+    assert res == [1]
+    rec = await h(st, c.id)
+    assert rec["status"] == "pending" and rec["attempts"] == "0" and "claim" not in rec
+    assert rec["log_n"] == "0" and await log(st, c.id) == []
+    due = await zmembers(st, sk.due)
+    assert due[c.id] == float(rec["next_attempt_at"]) and due[c.id] > time.time() * 1000 + 50_000
+    assert not await zmembers(st, sk.processing)
+
+
+async def test_record_with_wrong_token_is_fenced(st: Store) -> None:
+    """A superseded claim changes nothing but the log (entry marked fenced, next n)."""
+    ep = await add_endpoint(st)
+    await publish(st, [ep["id"]])
+    sk = st.keys.shard(0)
+    c = (await claim(st)).items[0]
+    before = await h(st, c.id)
+    lease = await zmembers(st, sk.processing)
+    assert await st.record(sk, [outcome(c, "succeeded", token="someone-else:1")]) == [0]
+    after = await h(st, c.id)
+    assert after.pop("log_n") == "1" and before.pop("log_n") == "0"
+    assert after == before
+    assert await zmembers(st, sk.processing) == lease
+    assert not await zmembers(st, sk.succeeded)
+    assert await log(st, c.id) == [
+        {"n": 1, "fenced": True, "attempt": 1, "at": 1, "status_code": 200, "worker": "w1"}
+    ]
+    # a defer with a stale token is fenced too, and the holder still records normally
+    assert await st.record(sk, [Outcome(c.id, "nope", "defer", 10, None, "", b"{}")]) == [0]
+    assert (await h(st, c.id))["attempts"] == "1"
+    assert await st.record(sk, [outcome(c, "succeeded")]) == [1]
+    assert [(e["n"], e.get("fenced", False)) for e in await log(st, c.id)] == [
+        (1, True),
+        (2, False),
+    ]
+
+
+async def test_superseded_worker_is_fenced_after_reclaim(st: Store) -> None:
+    ep = await add_endpoint(st)
+    await publish(st, [ep["id"]])
+    sk = st.keys.shard(0)
+    old = (await claim(st, lease_ms=1, tag="old")).items[0]
+    await asyncio.sleep(0.02)  # let the 1 ms lease run out
+    assert (await st.reclaim(sk))[:2] == (1, 0)
+    new = (await claim(st, tag="new")).items[0]
+    assert new.id == old.id and new.attempts == 2
+    assert await st.record(sk, [outcome(old, "dead", code=410)]) == [0]
+    assert (await h(st, old.id))["status"] == "delivering"
+    assert await st.record(sk, [outcome(new, "succeeded")]) == [1]
+    assert (await h(st, old.id))["status"] == "succeeded"
+    entries = await log(st, old.id)
+    assert [(e["n"], e.get("fenced", False), e.get("status_code")) for e in entries] == [
+        (1, False, None),  # the reclaim's lease_expired entry
+        (2, True, 410),  # the superseded worker's request, logged but fenced
+        (3, False, 200),
+    ]
+    assert entries[0]["error"] == "lease_expired"
+
+
+async def test_record_for_missing_delivery_writes_nothing(st: Store) -> None:
+    ep = await add_endpoint(st)
+    await publish(st, [ep["id"]])
+    c = (await claim(st)).items[0]
+    ghost = dataclasses.replace(outcome(c, "succeeded", token="t"), id=ids.new_id("dlv"))
+    before = await keyset(st)
+    assert await st.record(st.keys.shard(0), [ghost]) == [0]
+    assert await keyset(st) == before
+
+
+# ---------------------------------------------------------------------- reclaim
+
+
+async def test_reclaim_returns_expired_to_due_then_dead_when_spent(st: Store) -> None:
+    ep = await add_endpoint(st)
+    _, (d,), _ = await publish(st, [ep["id"]])
+    sk = st.keys.shard(0)
+    # a live lease is left alone
+    await claim(st, lease_ms=60_000)
+    assert await st.reclaim(sk) == (0, 0, [])
+    await st.release(sk, [(d, (await h(st, d))["claim"])])
+    max_attempts = st.settings.max_attempts
+    for attempt in range(1, max_attempts + 1):
+        c = (await claim(st, lease_ms=1, tag=f"t{attempt}")).items[0]
+        assert c.attempts == attempt
+        await asyncio.sleep(0.02)  # let the 1 ms lease run out
+        back, dead, got = await st.reclaim(sk)
+        assert got == [d]
+        rec = await h(st, d)
+        assert "claim" not in rec and "lease_until" not in rec
+        if attempt < max_attempts:
+            assert (back, dead) == (1, 0) and rec["status"] == "pending"
+            assert d in await zmembers(st, sk.due)
+        else:
+            assert (back, dead) == (0, 1) and rec["status"] == "dead"
+            assert list(await zmembers(st, sk.dead)) == [d]
+            assert not await zmembers(st, sk.due)
+        assert not await zmembers(st, sk.processing)
+    entries = await log(st, d)
+    assert [e["n"] for e in entries] == list(range(1, max_attempts + 1))
+    assert {e["error"] for e in entries} == {"lease_expired"}
+    assert await st.redis.hget(sk.stats, "reclaimed") == str(max_attempts)
+    assert (await st.stats())["reclaimed_total"] == max_attempts
+
+
+# ---------------------------------------------------------------------- replay
+
+
+async def test_replay_only_dead_or_succeeded_and_once(st: Store) -> None:
+    ep = await add_endpoint(st)
+    _, dlv, _ = await publish(st, [ep["id"]] * 3)
+    sk = st.keys.shard(0)
+    cs = {c.id: c for c in (await claim(st, limit=2)).items}
+    d1, d2 = cs
+    (d3,) = set(dlv) - set(cs)
+    await st.record(sk, [outcome(cs[d1], "dead", code=410), outcome(cs[d2], "succeeded")])
+    missing = ids.new_id("dlv")
+    result = await st.replay([d1, d2, d3, missing, "garbage"])
+    assert result == {d1: "ok", d2: "ok", d3: "pending", missing: "", "garbage": ""}
+    for d in (d1, d2):
+        rec = await h(st, d)
+        assert rec["status"] == "pending" and rec["attempts"] == "0"
+        assert rec["replays"] == "1" and "finished_at" not in rec
+    assert set(await zmembers(st, sk.due)) == {d1, d2, d3}
+    assert not await zmembers(st, sk.dead) and not await zmembers(st, sk.succeeded)
+    assert await st.replay([d1]) == {d1: "pending"}  # a second operator is refused
+    again = (await claim(st, limit=5)).items
+    assert {c.id: c.attempts for c in again}[d1] == 1
+
+
+# ---------------------------------------------------------------------- extend, release
+
+
+async def test_extend_only_own_claims(st: Store) -> None:
+    ep = await add_endpoint(st)
+    await publish(st, [ep["id"]] * 2)
+    sk = st.keys.shard(0)
+    a, b = (await claim(st, limit=2, lease_ms=1000)).items
+    before = await zmembers(st, sk.processing)
+    assert await st.extend(sk, [(a.id, a.token), (b.id, "stale")], 600_000) == [1, 0]
+    after = await zmembers(st, sk.processing)
+    assert after[a.id] >= before[a.id] + 590_000
+    assert after[b.id] == before[b.id]
+    assert (await h(st, a.id))["lease_until"] == str(int(after[a.id]))
+    # a finished delivery is not put back into processing by a late heartbeat
+    await st.record(sk, [outcome(a, "succeeded")])
+    assert await st.extend(sk, [(a.id, a.token)], 600_000) == [0]
+    assert a.id not in await zmembers(st, sk.processing)
+
+
+async def test_release_refunds_attempt(st: Store) -> None:
+    ep = await add_endpoint(st)
+    await publish(st, [ep["id"]])
+    sk = st.keys.shard(0)
+    c = (await claim(st)).items[0]
+    assert await st.release(sk, [(c.id, "stale")]) == [0]
+    assert (await h(st, c.id))["status"] == "delivering"
+    assert await st.release(sk, [(c.id, c.token)]) == [1]
+    rec = await h(st, c.id)
+    assert rec["status"] == "pending" and rec["attempts"] == "0" and "claim" not in rec
+    assert c.id in await zmembers(st, sk.due) and not await zmembers(st, sk.processing)
+    assert await st.release(sk, [(c.id, c.token)]) == [0]
+    assert (await claim(st)).items[0].attempts == 1
+
+
+# ---------------------------------------------------------------------- list, stats
+
+
+async def test_list_deliveries_cursor_walk_newest_first(st: Store) -> None:
+    a, b = await add_endpoint(st), await add_endpoint(st)
+    base = int(time.time() * 1000) - 100_000
+    made: list[tuple[int, str]] = []
+    for i in range(23):
+        # several events share a millisecond, so ties are broken by id in the cursor
+        created = base + (i // 3)
+        _, dlv, _ = await publish(st, [a["id"], b["id"]], created_ms=created)
+        made += [(created, d) for d in dlv]
+    expected = [d for _, d in sorted(made, reverse=True)]
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        rows, cursor = await st.list_deliveries(limit=7, cursor=cursor)
+        pages += 1
+        seen += [r["id"] for r in rows]
+        if cursor is None:
+            break
+        assert pages < 20
+    assert pages >= 3
+    assert seen == expected  # every delivery exactly once, newest first
+
+    by_ep: list[str] = []
+    cursor = None
+    while True:
+        rows, cursor = await st.list_deliveries(endpoint_id=a["id"], limit=5, cursor=cursor)
+        assert {r["endpoint_id"] for r in rows} <= {a["id"]}
+        by_ep += [r["id"] for r in rows]
+        if cursor is None:
+            break
+    assert by_ep == [d for d in expected if d in {x for _, x in made[0::2]}]
+
+    by_status: list[str] = []
+    cursor = None
+    while True:
+        rows, cursor = await st.list_deliveries(status="pending", limit=4, cursor=cursor)
+        by_status += [r["id"] for r in rows]
+        if cursor is None:
+            break
+    assert sorted(by_status) == sorted(expected) and len(by_status) == len(expected)
+
+
+async def test_list_deliveries_filters(st: Store) -> None:
+    a, b = await add_endpoint(st), await add_endpoint(st)
+    sk = st.keys.shard(0)
+    ev1, (d1a, d1b), _ = await publish(st, [a["id"], b["id"]])
+    ev2, (d2a,), _ = await publish(st, [a["id"]])
+    cs = {c.id: c for c in (await claim(st, limit=1)).items}
+    await st.record(sk, [outcome(c, "succeeded") for c in cs.values()])
+    done = set(cs)
+
+    async def ids_of(**kw: Any) -> set[str]:
+        rows, cursor = await st.list_deliveries(**kw)
+        assert cursor is None
+        return {r["id"] for r in rows}
+
+    assert await ids_of(status="succeeded") == done
+    assert await ids_of(status="pending") == {d1a, d1b, d2a} - done
+    assert await ids_of(status="dead") == set()
+    assert await ids_of(endpoint_id=a["id"]) == {d1a, d2a}
+    assert await ids_of(endpoint_id=b["id"], status="pending") == {d1b} - done
+    assert await ids_of(event_id=ev1) == {d1a, d1b}
+    assert await ids_of(event_id=ev2, endpoint_id=b["id"]) == set()
+    assert await ids_of(event_id=ids.new_id("evt")) == set()
+
+
+async def test_list_deliveries_by_event_paginates(st: Store) -> None:
+    eps = [await add_endpoint(st) for _ in range(7)]
+    ev, dlv, _ = await publish(st, [e["id"] for e in eps])
+    seen: list[str] = []
+    cursor = None
+    while True:
+        rows, cursor = await st.list_deliveries(event_id=ev, limit=3, cursor=cursor)
+        seen += [r["id"] for r in rows]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(dlv) and len(seen) == len(dlv)
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    ["!!!", "abc", "e30", base64.urlsafe_b64encode(b'"x"').decode(), "W10", "W251bGwsbnVsbF0"],
+)
+async def test_list_deliveries_garbage_cursor(st: Store, cursor: str) -> None:
+    with pytest.raises(ValueError):
+        await st.list_deliveries(cursor=cursor)
+
+
+async def test_stats_counts(st: Store) -> None:
+    ep = await add_endpoint(st)
+    await publish(st, [ep["id"]] * 4)
+    sk = st.keys.shard(0)
+    a, b, c = (await claim(st, limit=3)).items
+    await st.record(
+        sk,
+        [outcome(a, "succeeded"), outcome(b, "dead", code=410), outcome(c, "retry", 600_000, 500)],
+    )
+    await claim(st, limit=1)  # the fourth is now delivering
+    stats = await st.stats()
+    assert stats["counts"] == {"pending": 1, "delivering": 1, "succeeded": 1, "dead": 1}
+    assert stats["queue"]["due"] == 0 and stats["queue"]["scheduled"] == 1
+    assert stats["queue"]["processing"] == 1
+    assert stats["queue"]["oldest_due_age_seconds"] == 0.0
+    assert stats["reclaimed_total"] == 0 and stats["shards"] == 1
+    await publish(st, [ep["id"]])
+    stats = await st.stats()
+    assert stats["queue"]["due"] == 1 and stats["queue"]["oldest_due_age_seconds"] >= 0
+
+
+# ---------------------------------------------------------------------- real Redis only
+
+
+async def test_noscript_after_script_flush_reloads(make_store: Any) -> None:
+    store = await make_store()
+    ep = await add_endpoint(store)
+    await store.redis.script_flush()
+    _, (d,), _ = await publish(store, [ep["id"]])
+    await store.redis.script_flush()
+    c = (await claim(store)).items[0]
+    await store.redis.script_flush()
+    assert await store.record(store.keys.shard(0), [outcome(c, "succeeded")]) == [1]
+    assert (await h(store, d))["status"] == "succeeded"
+    assert all(await store.redis.script_exists(store.scripts.record.sha))
+
+
+async def test_sharded_list_walk(make_store: Any) -> None:
+    store = await make_store(shards=3)
+    ep = await add_endpoint(store)
+    base = int(time.time() * 1000) - 50_000
+    made = []
+    for i in range(20):
+        _, dlv, _ = await publish(store, [ep["id"]], created_ms=base + i // 2, shard=i % 3)
+        made += [(base + i // 2, dlv[0])]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        rows, cursor = await store.list_deliveries(limit=6, cursor=cursor)
+        seen += [r["id"] for r in rows]
+        if cursor is None:
+            break
+    assert seen == [d for _, d in sorted(made, reverse=True)]
