@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from relay.api import deliveries, endpoints, events, ops  # noqa: F401  (routes register)
+from relay.api import deliveries, endpoints, events, ops, ui  # noqa: F401  (routes register)
 from relay.api.common import ROUTES, SETTINGS, STORE, errors_and_auth
 from relay.settings import Settings
 from relay.store import Store, connect

@@ -1,0 +1,425 @@
+"""The dashboard: static files under ``/ui/`` and the JSON reads only the dashboard needs.
+
+The page (``relay/ui/``) is plain HTML, CSS and JavaScript served from the package, so
+there is no build step and nothing is fetched from elsewhere. It keeps the API token in
+``sessionStorage`` and polls every few seconds with ``fetch`` (``EventSource`` cannot
+send an ``Authorization`` header, and a token in a URL ends up in logs).
+
+The ``/v1/ui/*`` reads are cheap by construction:
+
+* per-minute outcomes come from the ``succeeded``/``dead``/``deliveries`` sorted sets of
+  each shard (score = finish or creation time), one pipelined ``ZCOUNT`` per minute;
+* per-endpoint success rates look at the endpoint's newest deliveries only (a bounded
+  sample from its index, checked with ``ZMSCORE``), and in-flight counts read the
+  ``processing`` set, which is bounded by the workers' concurrency.
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+from typing import Annotated, Any
+
+from aiohttp import web
+from pydantic import BaseModel, Field
+from yarl import URL
+
+from relay import __version__, matching, sender, signing
+from relay.api.common import STORE, ApiError, json, query, route
+from relay.models import (
+    TYPE_PATTERN,
+    DeliveryDetail,
+    DeliveryList,
+    ErrorOut,
+    EventDetail,
+    StatsOut,
+    Status,
+    Strict,
+)
+from relay.store import Store
+
+MINUTES = 30
+SAMPLE = 200  # newest deliveries per endpoint behind its success rate
+SCAN_CALLS = 20  # store pages read at most for one page of a type-filtered list
+PROCESSING_CAP = 5000
+
+STATIC = {
+    "index.html": "text/html",
+    "app.js": "text/javascript",
+    "kit.js": "text/javascript",
+    "app.css": "text/css",
+}
+# The page needs nothing but itself: no inline script, no other origin.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-cache",
+}
+
+
+# ---------------------------------------------------------------------- models
+
+
+class Series(BaseModel):
+    """Deliveries per minute, oldest minute first; the last minute is still running."""
+
+    minute_ms: list[int] = Field(description="start of each minute, ms since the epoch")
+    succeeded: list[int] = Field(description="deliveries that succeeded in that minute")
+    dead: list[int] = Field(description="deliveries that went dead in that minute")
+    created: list[int] = Field(description="deliveries created (published) in that minute")
+
+
+class OverviewOut(BaseModel):
+    stats: StatsOut
+    series: Series
+    version: str
+    server_time: int = Field(description="Redis time, ms since the epoch")
+
+
+class UiDeliveryQuery(Strict):
+    status: Status | None = None
+    endpoint_id: Annotated[str | None, Field(max_length=64)] = None
+    type: Annotated[
+        str | None,
+        Field(
+            max_length=258,
+            pattern=r"^(\*|" + TYPE_PATTERN[1:-1] + r"(\.\*)?)$",
+            description="event type, exact or a prefix pattern such as order.*",
+        ),
+    ] = None
+    limit: Annotated[int, Field(ge=1, le=200)] = 25
+    cursor: Annotated[str | None, Field(max_length=512)] = None
+
+
+class EndpointBrief(BaseModel):
+    id: str
+    url: str
+    app: str
+    description: str
+    enabled: bool
+
+
+class SentHeader(BaseModel):
+    name: str
+    value: str
+    note: str = ""
+
+
+class DeliveryView(BaseModel):
+    delivery: DeliveryDetail
+    event: EventDetail | None
+    endpoint: EndpointBrief | None
+    headers: list[SentHeader] = Field(description="what relay sends: the signature omitted")
+
+
+class EndpointHealth(BaseModel):
+    endpoint_id: str
+    sample: int = Field(description="newest deliveries looked at")
+    succeeded: int
+    dead: int
+    pending: int
+    held: int = Field(description="deliveries parked while the endpoint is disabled (exact)")
+    success_rate: float | None = Field(description="succeeded / (succeeded + dead) in the sample")
+    in_flight: int = Field(description="deliveries of this endpoint claimed by a worker now")
+    last_created_at: int | None = None
+
+
+class EndpointHealthList(BaseModel):
+    data: list[EndpointHealth]
+    sample_size: int
+
+
+# ---------------------------------------------------------------------- static files
+
+
+async def _static(name: str) -> web.Response:
+    data = resources.files("relay").joinpath("ui", name).read_bytes()
+    resp = web.Response(body=data, content_type=STATIC[name], charset="utf-8")
+    resp.headers.update(SECURITY_HEADERS)
+    return resp
+
+
+@route("GET", "/ui", summary="The dashboard (redirects to /ui/)", responses={302: None}, auth=False)
+async def ui_redirect(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/ui/")
+
+
+@route("GET", "/ui/", summary="The dashboard page", auth=False)
+async def ui_index(request: web.Request) -> web.Response:
+    return await _static("index.html")
+
+
+@route("GET", "/ui/app.js", summary="The dashboard script", auth=False)
+async def ui_script(request: web.Request) -> web.Response:
+    return await _static("app.js")
+
+
+@route("GET", "/ui/kit.js", summary="The dashboard's DOM, formatting and chart helpers", auth=False)
+async def ui_kit(request: web.Request) -> web.Response:
+    return await _static("kit.js")
+
+
+@route("GET", "/ui/app.css", summary="The dashboard style sheet", auth=False)
+async def ui_style(request: web.Request) -> web.Response:
+    return await _static("app.css")
+
+
+# ---------------------------------------------------------------------- read helpers
+
+
+async def _now_ms(store: Store) -> int:
+    seconds, micros = await store.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def series(store: Store, now_ms: int, minutes: int = MINUTES) -> dict[str, list[int]]:
+    """Per-minute counts from the finish-time sets: ``2 * minutes + minutes`` ZCOUNTs a shard.
+
+    A replayed delivery leaves ``succeeded``/``dead``, so it counts in the minute of its
+    latest finish only; retries are not counted (no cheap per-minute record of them).
+    """
+    first = (now_ms // 60_000 - (minutes - 1)) * 60_000
+    starts = [first + i * 60_000 for i in range(minutes)]
+    out = {"succeeded": [0] * minutes, "dead": [0] * minutes, "created": [0] * minutes}
+    for sk in store.keys.all_shards():
+        async with store.redis.pipeline(transaction=False) as pipe:
+            for key in (sk.succeeded, sk.dead, sk.deliveries):
+                for start in starts:
+                    pipe.zcount(key, start, f"({start + 60_000}")
+            counts = await pipe.execute()
+        for k, name in enumerate(("succeeded", "dead", "created")):
+            for i in range(minutes):
+                out[name][i] += int(counts[k * minutes + i])
+    return {"minute_ms": starts, **out}
+
+
+async def list_by_type(store: Store, q: UiDeliveryQuery) -> tuple[list[dict[str, Any]], str | None]:
+    """``Store.list_deliveries`` with an event-type filter on top.
+
+    Whole store pages are consumed (never cut mid-page) so the store's cursor stays
+    valid; each page asks for no more rows than still fit. A sparse type stops after
+    ``SCAN_CALLS`` pages and hands back the cursor, so the next page carries on.
+    """
+    kind = q.type
+    if kind is None:
+        return await store.list_deliveries(
+            status=q.status, endpoint_id=q.endpoint_id, limit=q.limit, cursor=q.cursor
+        )
+    rows: list[dict[str, Any]] = []
+    cursor = q.cursor
+    for _ in range(SCAN_CALLS):
+        page, cursor = await store.list_deliveries(
+            status=q.status,
+            endpoint_id=q.endpoint_id,
+            limit=q.limit - len(rows),
+            cursor=cursor,
+        )
+        rows += [r for r in page if matching.matches([kind], r.get("type", ""))]
+        if cursor is None or len(rows) >= q.limit:
+            break
+    return rows, cursor
+
+
+def sent_headers(
+    delivery: dict[str, Any], endpoint: dict[str, Any] | None, body_len: int | None
+) -> list[dict[str, str]]:
+    """The headers of the latest request, rebuilt with the sender's own header function.
+
+    The signature is never shown; custom header values are hidden because operators
+    put credentials for the receiver there.
+    """
+    log = [e for e in delivery.get("attempt_log", []) if not e.get("fenced")]
+    last = log[-1] if log else None
+    attempt = int(last.get("attempt") or delivery["attempts"] or 1) if last else 1
+    custom = (endpoint or {}).get("headers") or {}
+    stamp = int((last["at"] - (last.get("duration_ms") or 0)) / 1000) if last else int(time.time())
+    built = signing.signed_headers(
+        secret_keys=[],
+        msg_id=delivery["event_id"],
+        timestamp=stamp,
+        body=b"",
+        delivery_id=delivery["id"],
+        attempt=attempt,
+        user_agent=sender.USER_AGENT,
+        extra=custom,
+    )
+    notes = {
+        "webhook-id": "the event id: the same on every retry, the receiver's dedupe key",
+        "webhook-timestamp": "unix seconds at send time (estimated from the attempt log)"
+        if last
+        else "unix seconds at send time (not sent yet)",
+        "x-relay-attempt": "attempt number of this request",
+    }
+    out: list[dict[str, str]] = []
+    if endpoint is not None:
+        url = URL(endpoint["url"])
+        host = url.raw_host or ""
+        out.append(
+            {"name": "host", "value": host if url.is_default_port() else f"{host}:{url.port}"}
+        )
+    out.append({"name": "accept", "value": "*/*"})
+    out.append({"name": "accept-encoding", "value": "gzip, deflate"})
+    if body_len is not None:
+        out.append({"name": "content-length", "value": str(body_len)})
+    for name, value in built.items():
+        if name == "webhook-signature":
+            out.append(
+                {
+                    "name": name,
+                    "value": "v1,…",
+                    "note": "HMAC-SHA256 with the endpoint secret; not shown",
+                }
+            )
+        elif name in custom:
+            out.append({"name": name, "value": "••••••", "note": "custom header; value hidden"})
+        else:
+            out.append({"name": name, "value": value, "note": notes.get(name, "")})
+    return out
+
+
+async def endpoint_health(
+    store: Store, endpoint_ids: list[str], sample: int = SAMPLE
+) -> list[dict[str, Any]]:
+    newest: dict[str, list[tuple[float, str, int]]] = {e: [] for e in endpoint_ids}
+    in_flight = dict.fromkeys(endpoint_ids, 0)
+    held = dict.fromkeys(endpoint_ids, 0)
+    for sk in store.keys.all_shards():
+        async with store.redis.pipeline(transaction=False) as pipe:
+            for ep in endpoint_ids:
+                pipe.zrevrange(sk.endpoint_index(ep), 0, sample - 1, withscores=True)
+                pipe.zcard(sk.held(ep))
+            pipe.zrange(sk.processing, 0, PROCESSING_CAP - 1)
+            *per_endpoint, claimed = await pipe.execute()
+        for i, ep in enumerate(endpoint_ids):
+            members, parked = per_endpoint[2 * i], per_endpoint[2 * i + 1]
+            newest[ep] += [(score, member, sk.shard) for member, score in members]
+            held[ep] += int(parked)
+        if claimed:
+            async with store.redis.pipeline(transaction=False) as pipe:
+                for d in claimed:
+                    pipe.hget(sk.delivery(d), "endpoint_id")
+                owners = await pipe.execute()
+            for owner in owners:
+                if owner in in_flight:
+                    in_flight[owner] += 1
+    chosen = {ep: sorted(newest[ep], reverse=True)[:sample] for ep in endpoint_ids}
+    counts = {ep: {"succeeded": 0, "dead": 0, "pending": 0} for ep in endpoint_ids}
+    for sk in store.keys.all_shards():  # one round trip per shard for every endpoint
+        asked: list[str] = []
+        async with store.redis.pipeline(transaction=False) as pipe:
+            for ep in endpoint_ids:
+                members = [m for _, m, s in chosen[ep] if s == sk.shard]
+                if members:
+                    asked.append(ep)
+                    for key in (sk.succeeded, sk.dead, sk.due):
+                        pipe.zmscore(key, members)
+            scores = await pipe.execute() if asked else []
+        for i, ep in enumerate(asked):
+            ok, dead, due = scores[3 * i : 3 * i + 3]
+            counts[ep]["succeeded"] += sum(x is not None for x in ok)
+            counts[ep]["dead"] += sum(x is not None for x in dead)
+            counts[ep]["pending"] += sum(x is not None for x in due)
+    out = []
+    for ep in endpoint_ids:
+        c = counts[ep]
+        finished = c["succeeded"] + c["dead"]
+        out.append(
+            {
+                "endpoint_id": ep,
+                "sample": len(chosen[ep]),
+                **c,
+                "success_rate": round(c["succeeded"] / finished, 4) if finished else None,
+                "held": held[ep],
+                "in_flight": in_flight[ep],
+                "last_created_at": int(chosen[ep][0][0]) if chosen[ep] else None,
+            }
+        )
+    return out
+
+
+# ---------------------------------------------------------------------- JSON routes
+
+
+@route(
+    "GET",
+    "/v1/ui/overview",
+    summary="Dashboard: stats and deliveries per minute by outcome (last 30 minutes)",
+    responses={200: OverviewOut},
+)
+async def overview(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    now = await _now_ms(store)
+    return json(
+        {
+            "stats": await store.stats(),
+            "series": await series(store, now),
+            "version": __version__,
+            "server_time": now,
+        }
+    )
+
+
+@route(
+    "GET",
+    "/v1/ui/deliveries",
+    summary="Dashboard: deliveries, newest first, filterable by event type too",
+    query=UiDeliveryQuery,
+    responses={200: DeliveryList, 422: ErrorOut},
+)
+async def deliveries(request: web.Request) -> web.Response:
+    q = query(request, UiDeliveryQuery)
+    try:
+        rows, cursor = await list_by_type(request.app[STORE], q)
+    except ValueError as exc:
+        raise ApiError(422, "validation_error", f"cursor: {exc}") from None
+    return json({"data": rows, "next_cursor": cursor})
+
+
+@route(
+    "GET",
+    "/v1/ui/deliveries/{id}",
+    summary="Dashboard: a delivery with its attempt log, event payload and headers sent",
+    responses={200: DeliveryView, 404: ErrorOut},
+)
+async def delivery_view(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    delivery = await store.get_delivery(request.match_info["id"])
+    if delivery is None:
+        raise ApiError(404, "not_found", f"delivery {request.match_info['id']} does not exist")
+    event = await store.get_event(delivery["event_id"])
+    endpoint = await store.get_endpoint(delivery["endpoint_id"])
+    body_len = None
+    if event is not None:
+        event["created_at"] = signing.rfc3339_ms(event["created_at"])
+        sk = store.shard_keys_for(delivery["event_id"])
+        if sk is not None:
+            body_len = int(await store.redis.hstrlen(sk.event(delivery["event_id"]), "body"))
+    brief = None
+    if endpoint is not None:
+        brief = {k: endpoint.get(k) for k in ("id", "url", "app", "description", "enabled")}
+    return json(
+        {
+            "delivery": delivery,
+            "event": event,
+            "endpoint": brief,
+            "headers": sent_headers(delivery, endpoint, body_len),
+        }
+    )
+
+
+@route(
+    "GET",
+    "/v1/ui/endpoint-health",
+    summary="Dashboard: success rate over each endpoint's newest deliveries, in-flight now",
+    responses={200: EndpointHealthList},
+)
+async def endpoint_health_route(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    endpoints = await store.list_endpoints()
+    data = await endpoint_health(store, [e["id"] for e in endpoints])
+    return json({"data": data, "sample_size": SAMPLE})
