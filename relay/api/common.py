@@ -12,11 +12,26 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
+import structlog
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
+from redis.exceptions import BusyLoadingError, ClusterDownError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay.settings import Settings
 from relay.store import Store
+
+log = structlog.get_logger("relay.api")
+REDIS_UNAVAILABLE = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    BusyLoadingError,
+    ClusterDownError,
+    TryAgainError,
+    ConnectionError,
+    TimeoutError,
+)
 
 STORE = web.AppKey("store", Store)
 SETTINGS = web.AppKey("settings", Settings)
@@ -30,8 +45,10 @@ class ApiError(web.HTTPException):
 
     def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
         self.status_code = status
+        # text=, not body=: aiohttp deprecates body= on web exceptions (a warning that
+        # tests turn into an error, which would make every 4xx a 500).
         super().__init__(
-            body=orjson.dumps({"error": code, "message": message, **extra}),
+            text=orjson.dumps({"error": code, "message": message, **extra}).decode(),
             content_type="application/json",
         )
 
@@ -131,3 +148,10 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
             code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
             raise ApiError(exc.status, code, exc.reason) from None
         raise
+    except REDIS_UNAVAILABLE as exc:
+        # Redis is down, failing over or loading: nothing was acknowledged, so the client
+        # retries (with the same Idempotency-Key) rather than seeing a 500.
+        log.warning("api.redis_unavailable", path=request.path, error=type(exc).__name__)
+        unavailable = ApiError(503, "unavailable", "storage is unavailable; retry shortly")
+        unavailable.headers["Retry-After"] = "1"
+        raise unavailable from None

@@ -1,0 +1,32 @@
+"""When Redis is down the API answers 503 with Retry-After, never a 500."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import make_settings
+
+from relay.redisproc import RedisServer
+from relay.store import Store, connect
+
+
+async def test_publish_while_redis_is_down_is_503(tmp_path: Path, make_api) -> None:
+    server = RedisServer(data_dir=tmp_path, appendonly=False)
+    server.start()
+    settings = make_settings(redis_url=server.url)
+    store = Store(connect(settings), settings)
+    await store.start()
+    try:
+        api = await make_api(store)
+        server.kill()
+        async with api("POST", "/v1/events", json={"type": "order.paid", "payload": {}}) as r:
+            assert r.status == 503
+            assert r.headers["Retry-After"] == "1"
+            assert (await r.json())["error"] == "unavailable"
+        async with api("GET", "/readyz") as r:
+            assert r.status == 503
+        async with api("GET", "/healthz") as r:
+            assert r.status == 200
+    finally:
+        await store.close()
+        server.stop()
