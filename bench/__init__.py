@@ -1,0 +1,1 @@
+"""The benchmark suite: ``make bench`` runs ``bench/run.py``."""

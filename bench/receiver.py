@@ -1,0 +1,123 @@
+"""The benchmark's webhook receiver: one aiohttp process, shared by every system measured.
+
+``python bench/receiver.py --port P`` serves on 127.0.0.1 only:
+
+* ``POST /hook``: answer 200 at once (or 500 for a deterministic share of requests when
+  a failure rate is set), counting arrivals and noting the first and last arrival time
+  (``time.time()``, the same clock the publisher stamps into payloads).
+* ``POST /_reset``: zero the counters and set the mode: ``fail_pct`` (0..100, chosen by
+  a CRC of ``webhook-id`` + ``x-relay-attempt``, so a retry of a failed request gets a
+  fresh draw), ``max_attempts`` (to count finished deliveries on the retry path) and
+  ``record`` (keep ``(webhook-id, arrival, payload t)`` per request, for latency).
+* ``GET /_stats`` and ``GET /_arrivals``: the counters, and the recorded arrivals.
+
+It does as little per request as it can, so that it is not what limits any system; the
+same code answers the raw-client limit, relay, arq and saq alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import time
+import zlib
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+
+class State:
+    def __init__(self) -> None:
+        self.reset({})
+
+    def reset(self, opts: dict[str, Any]) -> None:
+        self.count = 0
+        self.ok = 0
+        self.failed = 0
+        self.finished = 0  # deliveries answered 200, or failed on their last attempt
+        self.first: float | None = None
+        self.last: float | None = None
+        self.ids: set[str] = set()
+        self.fail_pct = int(opts.get("fail_pct", 0))
+        self.max_attempts = str(opts.get("max_attempts", ""))
+        self.record = bool(opts.get("record", False))
+        self.arrivals: list[tuple[str, float, float | None]] = []
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "unique_ids": len(self.ids),
+            "ok": self.ok,
+            "failed": self.failed,
+            "finished": self.finished,
+            "first": self.first,
+            "last": self.last,
+        }
+
+
+def make_app() -> web.Application:
+    st = State()
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.read()
+        now = time.time()
+        st.count += 1
+        if st.first is None:
+            st.first = now
+        st.last = now
+        wid = request.headers.get("webhook-id", "")
+        st.ids.add(wid)
+        if st.fail_pct:
+            attempt = request.headers.get("x-relay-attempt", "")
+            if zlib.crc32(f"{wid}:{attempt}".encode()) % 100 < st.fail_pct:
+                st.failed += 1
+                if attempt == st.max_attempts:
+                    st.finished += 1
+                return web.Response(status=500)
+        st.ok += 1
+        st.finished += 1
+        if st.record:
+            sent = orjson.loads(body).get("data", {}).get("t")
+            st.arrivals.append((wid, now, sent))
+        return web.Response(status=200)
+
+    async def reset(request: web.Request) -> web.Response:
+        st.reset(await request.json())
+        return web.json_response({"ok": True})
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps(st.stats()), content_type="application/json")
+
+    async def arrivals(request: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps(st.arrivals), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    app.router.add_post("/_reset", reset)
+    app.router.add_get("/_stats", stats)
+    app.router.add_get("/_arrivals", arrivals)
+    return app
+
+
+async def serve(port: int) -> None:
+    runner = web.AppRunner(make_app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    asyncio.run(serve(parser.parse_args().port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""``make bench``: relay against the raw-client limit, arq and saq, on this machine, now.
+
+Every figure is a ratio against baselines run in the same invocation on the same local
+receiver, because absolute numbers on a shared machine drift. Each system gets its own
+fresh ``redis-server`` (append-only file off for every run alike: this measures the
+queue, not the disk). Everything stays on 127.0.0.1.
+
+    python bench/run.py                 # the full run (N=20,000; a few minutes)
+    python bench/run.py --quick         # N=3,000, 5 s of latency: a fast check
+    python bench/run.py --only limit,drain1,saq
+
+Writes ``bench/results/<timestamp>.json``, ``latest.json``, ``latest.txt`` (the table)
+and ``latest.png`` (a ``--quick`` run writes ``latest-quick.*`` instead). arq and saq run
+in their own virtualenv, ``bench/.venv``, made here on first use from
+``bench/requirements-baselines.txt`` (arq pins redis<6, which relay's redis==8.1 rules
+out of the main one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import report, scenarios
+from bench.common import BENCH, RESULTS, Procs, Receiver, machine
+from bench.scenarios import Cfg
+
+STEPS = (
+    "limit",
+    "e2e1",
+    "e2e2",
+    "drain1",
+    "drain2",
+    "saq",
+    "arq",
+    "fanout",
+    "latency",
+    "retry",
+    "limit_end",
+)
+# Throughput steps get a limit run of their own right before them: on a shared machine
+# the load from elsewhere drifts within minutes, and each ratio should see the same load.
+PAIRED = ("e2e1", "e2e2", "drain1", "drain2", "saq", "arq")
+
+
+def loadavg() -> float | None:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def ensure_baselines() -> None:
+    """Make (or refresh) ``bench/.venv`` with arq and saq at the pinned versions."""
+    req = BENCH / "requirements-baselines.txt"
+    venv = BENCH / ".venv"
+    stamp = venv / ".requirements-sha256"
+    want = hashlib.sha256(req.read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == want and (venv / "bin" / "python").exists():
+        return
+    print("bench: installing arq and saq into bench/.venv ...", file=sys.stderr, flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, "-r", str(req)], check=True)
+    stamp.write_text(want)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = Cfg(args.n, args.concurrency, args.clients, args.rate, args.seconds, args.uvloop)
+    wanted = set(args.only.split(",")) if args.only else set(STEPS)
+    unknown = wanted - set(STEPS)
+    if unknown:
+        raise SystemExit(f"unknown steps {sorted(unknown)}; choose from {', '.join(STEPS)}")
+    if wanted & {"saq", "arq"}:
+        ensure_baselines()
+    res: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    t0 = time.monotonic()
+    procs = Procs()
+    receiver = Receiver(procs)
+    steps: dict[str, tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = {
+        "limit": ("limit", lambda: scenarios.limit(receiver, cfg)),
+        "e2e1": ("relay_e2e_1", lambda: scenarios.relay_e2e(receiver, cfg, 1)),
+        "e2e2": ("relay_e2e_2", lambda: scenarios.relay_e2e(receiver, cfg, 2)),
+        "drain1": ("relay_drain_1", lambda: scenarios.relay_drain(receiver, cfg, 1)),
+        "drain2": ("relay_drain_2", lambda: scenarios.relay_drain(receiver, cfg, 2)),
+        "saq": ("saq", lambda: scenarios.baseline(receiver, cfg, "saq")),
+        "arq": ("arq", lambda: scenarios.baseline(receiver, cfg, "arq")),
+        "fanout": ("fanout", lambda: scenarios.relay_fanout(receiver, cfg)),
+        "latency": ("latency", lambda: scenarios.relay_latency(receiver, cfg)),
+        "retry": ("retry", lambda: scenarios.relay_retry(receiver, cfg)),
+        "limit_end": ("limit_end", lambda: scenarios.limit(receiver, cfg)),
+    }
+    try:
+        await receiver.start()
+        for step in STEPS:
+            if step not in wanted:
+                continue
+            key, fn = steps[step]
+            started = time.monotonic()
+            load_before = loadavg()
+            try:
+                paired = (await scenarios.limit(receiver, cfg))["per_s"] if step in PAIRED else None
+                res[key] = await fn()
+                res[key]["loadavg_1m_before"] = load_before
+                if paired is not None:
+                    res[key]["limit_per_s"] = paired
+            except Exception as exc:
+                errors[key] = f"{type(exc).__name__}: {exc}"
+                traceback.print_exc()
+            took = time.monotonic() - started
+            print(
+                f"bench: {key:14s} {took:6.1f}s  {_brief(res.get(key), errors.get(key))}",
+                file=sys.stderr,
+                flush=True,
+            )
+    finally:
+        await receiver.close()
+        procs.close()
+    res["meta"] = {
+        "started": args.started,
+        "runtime_s": round(time.monotonic() - t0, 1),
+        "machine": machine(),
+        "config": {
+            "n": cfg.n,
+            "concurrency": cfg.concurrency,
+            "publish_clients": cfg.clients,
+            "latency_rate": cfg.rate,
+            "latency_seconds": cfg.seconds,
+            "payload_bytes": 1024,
+            "quick": args.quick,
+            "relay_on_uvloop": args.uvloop,
+            "redis_appendonly": "no",
+            "command": "make bench" + (" (--quick)" if args.quick else ""),
+        },
+        "errors": errors,
+    }
+    res["targets"] = report.targets(res)
+    return res
+
+
+def _brief(r: dict[str, Any] | None, error: str | None) -> str:
+    if error:
+        return "FAILED " + error[:200]
+    if not r:
+        return ""
+    for key in ("e2e_per_s", "per_s", "attempts_per_s"):
+        if r.get(key):
+            return f"{r[key]:,.0f}/s"
+    if "receipt_ms" in r:
+        return "p99 {p99} ms".format(**r["receipt_ms"])
+    return ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="relay benchmark (see bench/run.py)")
+    parser.add_argument("--n", type=int, help="deliveries per throughput run (20,000)")
+    parser.add_argument("--quick", action="store_true", help="N=3,000 and 5 s of latency")
+    parser.add_argument("--concurrency", type=int, default=64, help="sends in flight (64)")
+    parser.add_argument("--clients", type=int, default=32, help="publishing connections (32)")
+    parser.add_argument("--rate", type=float, default=500, help="latency load, events/s (500)")
+    parser.add_argument("--seconds", type=float, help="latency run length (20; quick 5)")
+    parser.add_argument("--only", help=f"comma-separated steps: {','.join(STEPS)}")
+    parser.add_argument(
+        "--uvloop", action="store_true", help="experiment: run relay's api and workers on uvloop"
+    )
+    args = parser.parse_args()
+    args.n = args.n or (3000 if args.quick else 20000)
+    args.seconds = args.seconds or (5.0 if args.quick else 20.0)
+    now = datetime.now(UTC)
+    args.started = now.strftime("%Y-%m-%d %H:%M UTC")
+
+    res = asyncio.run(run(args))
+    text = report.table(res)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = now.strftime("%Y%m%dT%H%M%SZ") + ("-quick" if args.quick else "")
+    latest = "latest-quick" if args.quick else "latest"
+    blob = orjson.dumps(res, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    for name in (f"{stamp}.json", f"{latest}.json"):
+        (RESULTS / name).write_bytes(blob)
+    (RESULTS / f"{latest}.txt").write_text(text + "\n")
+    png = RESULTS / f"{latest}.png"
+    drawn = report.chart(res, png)
+    print(
+        f"\nresults: {RESULTS / (stamp + '.json')}, {RESULTS / (latest + '.json')}"
+        + (f", {png}" if drawn else " (no chart: matplotlib is not installed)")
+    )
+    if res["meta"]["errors"]:
+        print(f"errors: {res['meta']['errors']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
