@@ -11,10 +11,12 @@ Redis and brings it back on the same port, replaying the AOF.  Stdlib + ``redis`
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack, suppress
@@ -39,6 +41,17 @@ _INSTALL_HINT = (
 
 class RedisBinaryMissing(RuntimeError):
     """Raised when the ``redis-server`` (or ``redis-cli``) executable cannot be found."""
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the process that started us dies (Linux).
+
+    A test run or ``relay dev`` killed without cleanup must not leave a redis-server
+    behind. Elsewhere this does nothing.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port(host: str = HOST) -> int:
@@ -165,7 +178,12 @@ class RedisServer(_Managed):
         # Own session: a test runner's Ctrl-C (sent to its process group) does not hit Redis.
         null = subprocess.DEVNULL
         self._proc = subprocess.Popen(
-            self.command(), stdin=null, stdout=null, stderr=null, start_new_session=True
+            self.command(),
+            stdin=null,
+            stdout=null,
+            stderr=null,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         try:
             self._wait_ready(self._proc, timeout)
