@@ -14,7 +14,7 @@
 -- KEYS[3] in-flight slots (zset, member = claim token, score = slot expiry ms)
 -- ARGV[1] rate limit, requests/s ("0" = none)   ARGV[2] burst (requests)
 -- ARGV[3] max in flight ("0" = none)           ARGV[4] slot hold, ms (send timeout + margin)
--- ARGV[5] spread for in-flight deferrals, ms (expected send time)
+-- ARGV[5] expected send time, ms: spreads in-flight deferrals, paces waits for a probe
 -- ARGV[6..] claim tokens, in send order
 --
 -- Returns {state, then per token: 0 = send now, or how long (ms) to wait before trying again}.
@@ -34,18 +34,26 @@ if state == "open" then
   end
   state = "half_open"
   redis.call("HSET", KEYS[1], "state", state)
-  redis.call("HDEL", KEYS[1], "probe", "probe_until")
+  redis.call("HDEL", KEYS[1], "probe", "probe_until", "probe_back")
 end
 if state == "half_open" then
   local probe_until = tonumber(redis.call("HGET", KEYS[1], "probe_until") or 0)
   if probe_until > now then
-    for i = 1, n do res[i] = probe_until - now + (i - 1) * 10 end
+    -- a probe is out: come back when it has likely answered, or failing that when its
+    -- slot ends (so each delivery is turned away at most twice per probe, never spun)
+    local back = tonumber(redis.call("HGET", KEYS[1], "probe_back") or 0)
+    if back <= now then back = probe_until end
+    for i = 1, n do res[i] = back - now + (i - 1) * 10 end
     table.insert(res, 1, state)
     return res
   end
-  -- exactly one probe: the first token; everyone else waits for its outcome
-  redis.call("HSET", KEYS[1], "probe", ARGV[6], "probe_until", now + tonumber(ARGV[4]))
-  for i = 2, n do res[i] = tonumber(ARGV[4]) + (i - 2) * 10 end
+  -- exactly one probe: the first token; the rest come back once it has likely answered
+  -- (twice the usual send time, at least 100 ms, at most the slot hold): soon after a
+  -- success, and a failure has reopened the breaker by then.
+  local settle_in = math.min(tonumber(ARGV[4]), math.max(100, 2 * tonumber(ARGV[5])))
+  redis.call("HSET", KEYS[1], "probe", ARGV[6], "probe_until", now + tonumber(ARGV[4]),
+    "probe_back", now + settle_in)
+  for i = 2, n do res[i] = settle_in + (i - 2) * 10 end
   n = 1
 end
 

@@ -23,16 +23,18 @@ for i = 1, n do
   local is_probe = redis.call("HGET", b, "probe") == token
   if verdict == "1" then
     redis.call("HSET", b, "state", "closed", "failures", 0, "last_success_at", now)
-    redis.call("HDEL", b, "probe", "probe_until", "open_until", "cooldown", "failing_since")
+    redis.call("HDEL", b, "probe", "probe_until", "probe_back", "open_until", "cooldown",
+      "failing_since")
   elseif verdict == "0" then
     local failures = redis.call("HINCRBY", b, "failures", 1)
-    if failures == 1 then redis.call("HSETNX", b, "failing_since", now) end
+    -- the first failure since the last success (or since an operator re-enabled it)
+    redis.call("HSETNX", b, "failing_since", now)
     if state == "half_open" and is_probe then
       local cooldown = math.min(tonumber(redis.call("HGET", b, "cooldown") or ARGV[2]) * 2,
         tonumber(ARGV[3]))
       redis.call("HSET", b, "state", "open", "cooldown", cooldown, "open_until", now + cooldown,
         "opened_at", now)
-      redis.call("HDEL", b, "probe", "probe_until")
+      redis.call("HDEL", b, "probe", "probe_until", "probe_back")
     elseif state == "closed" and failures >= threshold then
       redis.call("HSET", b, "state", "open", "cooldown", ARGV[2],
         "open_until", now + tonumber(ARGV[2]), "opened_at", now)
@@ -40,7 +42,7 @@ for i = 1, n do
     end
   elseif is_probe then
     -- a neutral probe result (e.g. 429) lets the next probe go
-    redis.call("HDEL", b, "probe", "probe_until")
+    redis.call("HDEL", b, "probe", "probe_until", "probe_back")
   end
 end
 local f = redis.call("HMGET", b, "state", "failures", "open_until", "failing_since",

@@ -4,7 +4,8 @@ Each endpoint's state lives under its own hash tag (``relay:v1:{ep_X}:...``, see
 :mod:`relay.keys`) and changes only through ``lua/admit.lua`` (before sends) and
 ``lua/settle.lua`` (after them), so counts are exact across any number of workers.
 Deliveries of a disabled endpoint are parked per shard (``lua/hold.lua``) and come back
-when it is re-enabled (``lua/resume.lua``).
+when it is re-enabled (``lua/resume.lua``). :class:`Windows` is each worker's own share
+per endpoint, so one bad endpoint cannot hold every send slot (no head-of-line blocking).
 """
 
 from __future__ import annotations
@@ -31,6 +32,54 @@ class Settled:
 def burst_for(rate: float) -> int:
     """Requests allowed back to back: a tenth of a second's worth, at least one."""
     return max(1, math.floor(rate / 10))
+
+
+class Windows:
+    """One worker's share of its slots per endpoint: no endpoint blocks the others.
+
+    An endpoint may hold at most its window of open requests in this worker, slow sends
+    included, so the headroom that slow sends free goes to the other endpoints. A window
+    starts at a quarter of the slots and grows by one per success up to all of them (slow
+    start): an endpoint that hangs from its first request never fills the worker, and the
+    free slots keep claiming past its backlog. Sends over the window are deferred, spread
+    out; a send to an endpoint known to answer fast counts as slow early.
+    """
+
+    def __init__(self, concurrency: int, http_timeout: float, slow_send_after: float) -> None:
+        self.concurrency = concurrency
+        self.start = max(1, concurrency // 4)
+        self.http_timeout_ms = http_timeout * 1000
+        self.slow_send_after = slow_send_after
+        self._window: dict[str, int] = {}
+        self._tail: dict[str, float] = {}  # last deferral handed out, ms
+
+    def window(self, endpoint_id: str) -> int:
+        return self._window.get(endpoint_id, self.start)
+
+    def room(self, endpoint_id: str, open_now: int) -> int:
+        return max(0, self.window(endpoint_id) - open_now)
+
+    def succeeded(self, endpoint_id: str) -> None:
+        self._window[endpoint_id] = min(self.window(endpoint_id) + 1, self.concurrency)
+
+    def wait_ms(self, endpoint_id: str, avg_ms: float | None, now_ms: float) -> int:
+        """Wait for a send over the window: one send's worth of the window each (a few
+        over it come back soon), wrapping within one HTTP timeout, by which time every
+        send holding the window has ended; a deep backlog returns spread, not at once."""
+        step = max(1.0, avg_ms or 100.0) / self.window(endpoint_id)
+        tail = max(self._tail.get(endpoint_id, 0.0), now_ms) + step
+        if tail > now_ms + self.http_timeout_ms:
+            tail = now_ms + step
+        self._tail[endpoint_id] = tail
+        return max(1, int(tail - now_ms))
+
+    def slow_after(self, avg_ms: float | None) -> float:
+        """Seconds after which a send stops counting against the concurrency:
+        slow_send_after, or ten times the endpoint's usual duration if that is sooner
+        (at least 0.25 s), so an endpoint that starts hanging is noticed early."""
+        if avg_ms is None:
+            return self.slow_send_after
+        return min(self.slow_send_after, max(0.25, avg_ms / 100))
 
 
 class Health:
