@@ -1,7 +1,9 @@
 """The ``relay`` command: processes (api, worker, dev) and operator commands.
 
 Operator commands talk to the same Redis as the services, through the same scripts,
-so ``relay replay`` is exactly as safe as the API's replay.
+so ``relay replay`` is exactly as safe as the API's replay. They print tables for people
+and, with ``--json``, JSON for scripts; bad input exits 2 (usage error), an unknown id or
+an unreachable Redis exits 1 with a one-line message.
 """
 
 from __future__ import annotations
@@ -10,16 +12,21 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 import orjson
 
+from relay.health import Health
+from relay.retention import Retention
+from relay.retry import parse_duration
 from relay.settings import Settings, SettingsError
 from relay.store import Store, connect
 
 T = TypeVar("T")
+PAGE = 500  # deliveries per page when walking dead letters
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -30,8 +37,11 @@ def _settings(**overrides: Any) -> Settings:
 
 
 def _with_store(fn: Callable[[Store], Awaitable[T]]) -> T:
+    """Run ``fn`` against a started Store; Redis trouble becomes a one-line error, exit 1."""
+    settings = _settings()
+
     async def go() -> T:
-        store = Store(connect(_settings()), _settings())
+        store = Store(connect(settings), settings)
         try:
             await store.start()
             return await fn(store)
@@ -41,11 +51,24 @@ def _with_store(fn: Callable[[Store], Awaitable[T]]) -> T:
     try:
         return asyncio.run(go())
     except (OSError, ConnectionError) as exc:
-        raise click.ClickException(f"cannot reach Redis: {exc}") from None
+        raise click.ClickException(f"cannot reach Redis (RELAY_REDIS_URL): {exc}") from None
     except Exception as exc:
         if type(exc).__module__.startswith("redis"):
+            if "connect" in str(exc).lower() or "Connection" in type(exc).__name__:
+                raise click.ClickException(f"cannot reach Redis (RELAY_REDIS_URL): {exc}") from None
             raise click.ClickException(f"Redis error: {exc}") from None
         raise
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def _cut(text: Any, width: int = 60) -> str:
+    s = "" if text is None else str(text).replace("\n", " ")
+    return s if len(s) <= width else s[: width - 1] + "…"
 
 
 def _emit(data: Any, as_json: bool, table: Callable[[Any], None]) -> None:
@@ -62,16 +85,54 @@ def _rows(rows: list[list[Any]], headers: list[str]) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+class TimeParam(click.ParamType):
+    """A point in time: ISO 8601 (UTC unless it says otherwise) or a duration ago (2h)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        try:
+            return int((datetime.now(UTC).timestamp() - parse_duration(text)) * 1000)
+        except ValueError:
+            pass
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(
+                f"{text!r} is neither an ISO 8601 time (2026-01-31T14:00:00Z) "
+                "nor a duration ago (30m, 2h, 7d)",
+                param,
+                ctx,
+            )
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return int(when.timestamp() * 1000)
+
+
+TIME = TimeParam()
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of a table."
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="relay")
+@click.version_option(package_name="relay", help="Show the version and exit.")
 def main() -> None:
     """relay: webhook delivery on Redis.
 
-    Settings come from RELAY_* environment variables (see the README).
+    Settings come from RELAY_* environment variables (see the README); the operator
+    commands (stats, dead, replay, endpoints, inspect, purge) use RELAY_REDIS_URL,
+    RELAY_KEY_PREFIX and RELAY_SHARDS to find the data.
+
+    TIME arguments take an ISO 8601 time (2026-01-31T14:00:00Z; UTC when no offset is
+    given) or a duration meaning that long ago (90s, 30m, 2h, 7d).
     """
+
+
+# ---------------------------------------------------------------------- processes
 
 
 @main.command()
@@ -91,11 +152,21 @@ def api(host: str | None, port: int | None) -> None:
 
 @main.command()
 @click.option("--concurrency", type=int, help="Sends in flight (RELAY_WORKER_CONCURRENCY).")
-def worker(concurrency: int | None) -> None:
-    """Run a delivery worker: claim due deliveries and send them."""
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics on this port, on RELAY_HOST (RELAY_METRICS_PORT; 0 = off).",
+)
+def worker(concurrency: int | None, metrics_port: int | None) -> None:
+    """Run a delivery worker: claim due deliveries and send them.
+
+    Each worker also sweeps expired deliveries (RELAY_RETENTION, RELAY_DEAD_RETENTION)
+    every RELAY_SWEEP_INTERVAL.
+    """
     from relay.runner import run
 
-    run(_settings(worker_concurrency=concurrency), with_api=False, with_worker=True)
+    settings = _settings(worker_concurrency=concurrency, metrics_port=metrics_port)
+    run(settings, with_api=False, with_worker=True)
 
 
 @main.command()
@@ -129,110 +200,8 @@ def dev(host: str | None, port: int | None, data_dir: Path) -> None:
     run_dev(settings, redis_url_given="RELAY_REDIS_URL" in os.environ, data_dir=data_dir)
 
 
-@main.command()
-@json_option
-def stats(as_json: bool) -> None:
-    """Counts by status, queue depth, oldest due age."""
-    data = _with_store(lambda s: s.stats())
-
-    def table(d: dict[str, Any]) -> None:
-        _rows(
-            [[k, v] for k, v in d["counts"].items()]
-            + [[k, v] for k, v in d["queue"].items()]
-            + [["reclaimed_total", d["reclaimed_total"]]],
-            ["metric", "value"],
-        )
-
-    _emit(data, as_json, table)
-
-
-@main.command()
-@click.option("--endpoint", "endpoint_id", help="Only this endpoint's dead letters.")
-@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
-@json_option
-def dead(endpoint_id: str | None, limit: int, as_json: bool) -> None:
-    """List dead deliveries, newest first."""
-    rows, _ = _with_store(
-        lambda s: s.list_deliveries(status="dead", endpoint_id=endpoint_id, limit=limit)
-    )
-    _emit(
-        rows,
-        as_json,
-        lambda rs: _rows(
-            [
-                [
-                    r["id"],
-                    r["endpoint_id"],
-                    r["type"],
-                    r["attempts"],
-                    r["last_status_code"],
-                    r["last_error"],
-                ]
-                for r in rs
-            ],
-            ["delivery", "endpoint", "type", "attempts", "last_status", "last_error"],
-        ),
-    )
-
-
-@main.command()
-@click.argument("delivery_ids", nargs=-1)
-@json_option
-def replay(delivery_ids: tuple[str, ...], as_json: bool) -> None:
-    """Replay dead or succeeded deliveries by id."""
-    if not delivery_ids:
-        raise click.UsageError("give one or more delivery ids")
-    result = _with_store(lambda s: s.replay(list(delivery_ids)))
-    _emit(
-        result,
-        as_json,
-        lambda r: _rows(
-            [
-                [k, "replayed" if v == "ok" else f"refused ({v or 'not found'})"]
-                for k, v in r.items()
-            ],
-            ["delivery", "result"],
-        ),
-    )
-    if any(v != "ok" for v in result.values()):
-        sys.exit(1)
-
-
-@main.command()
-@click.argument("ident")
-@json_option
-def inspect(ident: str, as_json: bool) -> None:
-    """Show a delivery (with its attempt log) or an event."""
-    if ident.startswith("evt_"):
-        data = _with_store(lambda s: s.get_event(ident))
-    else:
-        data = _with_store(lambda s: s.get_delivery(ident))
-    if data is None:
-        raise click.ClickException(f"{ident} not found")
-    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
-
-
-@main.command()
-@click.option("--app", help="Only this app's endpoints.")
-@json_option
-def endpoints(app: str | None, as_json: bool) -> None:
-    """List endpoints."""
-    rows = _with_store(lambda s: s.list_endpoints(app))
-    for r in rows:
-        r.pop("secret", None)
-        r.pop("previous_secrets", None)
-    _emit(
-        rows,
-        as_json,
-        lambda rs: _rows(
-            [[r["id"], r["app"], r["url"], ",".join(r["event_types"]), r["enabled"]] for r in rs],
-            ["endpoint", "app", "url", "event_types", "enabled"],
-        ),
-    )
-
-
-@main.command()
-@click.option("--port", type=int, default=9000, show_default=True)
+@main.command(short_help="A local demo receiver that prints every webhook.")
+@click.option("--port", type=int, default=9000, show_default=True, help="Port on 127.0.0.1.")
 @click.option(
     "--status",
     type=int,
@@ -246,6 +215,359 @@ def receiver(port: int, status: int, secret: str | None) -> None:
     from relay.demo import run_receiver
 
     run_receiver(port=port, status=status, secret=secret)
+
+
+# ---------------------------------------------------------------------- operator commands
+
+
+@main.command()
+@json_option
+def stats(as_json: bool) -> None:
+    """Counts by status, queue depth, oldest due age.
+
+    \b
+    Example:
+      relay stats
+      relay stats --json | jq .queue.due
+    """
+    data = _with_store(lambda s: s.stats())
+
+    def table(d: dict[str, Any]) -> None:
+        q = d["queue"]
+        _rows(
+            [[f"deliveries {k}", v] for k, v in d["counts"].items()]
+            + [
+                ["queue due now", q["due"]],
+                ["queue scheduled later", q["scheduled"]],
+                ["queue processing", q["processing"]],
+                ["oldest due age (s)", q["oldest_due_age_seconds"]],
+                ["leases reclaimed (all time)", d["reclaimed_total"]],
+                ["shards", d["shards"]],
+            ],
+            ["metric", "value"],
+        )
+
+    _emit(data, as_json, table)
+
+
+@main.command()
+@click.option("--endpoint", "endpoint_id", metavar="ID", help="Only this endpoint's dead letters.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 500),
+    default=50,
+    show_default=True,
+    help="Show at most this many (newest first).",
+)
+@json_option
+def dead(endpoint_id: str | None, limit: int, as_json: bool) -> None:
+    """List dead deliveries, newest first.
+
+    \b
+    Example:
+      relay dead --endpoint ep_01J... --limit 20
+    """
+    rows, more = _with_store(
+        lambda s: s.list_deliveries(status="dead", endpoint_id=endpoint_id, limit=limit)
+    )
+
+    def table(rs: list[dict[str, Any]]) -> None:
+        _rows(
+            [
+                [
+                    r["id"],
+                    r["endpoint_id"],
+                    r.get("type"),
+                    r["attempts"],
+                    r["last_status_code"],
+                    _cut(r["last_error"], 40),
+                    _iso(r.get("finished_at")),
+                ]
+                for r in rs
+            ],
+            ["delivery", "endpoint", "type", "attempts", "status", "last_error", "died_at"],
+        )
+        if more:
+            click.echo(f"(showing the newest {limit}; raise --limit for more)", err=True)
+
+    _emit(rows, as_json, table)
+
+
+async def _replay_all_dead(store: Store, endpoint_id: str | None, since: int | None) -> dict:
+    """Walk dead letters page by page (newest first) and replay each page in one go."""
+    total = 0
+    for sk in store.keys.all_shards():
+        total += int(await store.redis.zcount(sk.dead, since if since else "-inf", "+inf"))
+    replayed = refused = 0
+    cursor: str | None = None
+    with click.progressbar(length=total, label="replaying dead deliveries", file=sys.stderr) as bar:
+        while True:
+            rows, cursor = await store.list_deliveries(
+                status="dead", endpoint_id=endpoint_id, limit=PAGE, cursor=cursor
+            )
+            chosen = [
+                r["id"] for r in rows if since is None or (r.get("finished_at") or 0) >= since
+            ]
+            if chosen:
+                results = await store.replay(chosen)
+                done = sum(1 for v in results.values() if v == "ok")
+                replayed += done
+                refused += len(chosen) - done  # replayed by someone else meanwhile
+                bar.update(len(chosen))
+            # The dead index is ordered by time of death: past `since`, nothing older counts.
+            older = rows and since is not None and (rows[-1].get("finished_at") or 0) < since
+            if cursor is None or (endpoint_id is None and older):
+                break
+        bar.update(max(0, total - bar.pos))  # the total was an upper bound: finish the bar
+    return {"replayed": replayed, "not_replayable": refused}
+
+
+@main.command(short_help="Replay deliveries by ID, or all dead ones.")
+@click.argument("delivery_ids", nargs=-1, metavar="[ID]...")
+@click.option(
+    "--all-dead", is_flag=True, help="Replay every dead delivery (narrow with the options below)."
+)
+@click.option(
+    "--endpoint", "endpoint_id", metavar="ID", help="With --all-dead: only this endpoint's."
+)
+@click.option("--since", type=TIME, help="With --all-dead: only those that died at or after TIME.")
+@json_option
+def replay(
+    delivery_ids: tuple[str, ...],
+    all_dead: bool,
+    endpoint_id: str | None,
+    since: int | None,
+    as_json: bool,
+) -> None:
+    """Put dead or succeeded deliveries back to pending, with a fresh attempt budget.
+
+    Give delivery IDs, or --all-dead. Exits 1 when any ID was not replayed (unknown, or
+    pending/delivering).
+
+    \b
+    Examples:
+      relay replay dlv_01J... dlv_01J...
+      relay replay --all-dead --endpoint ep_01J... --since 2h
+    """
+    if all_dead:
+        if delivery_ids:
+            raise click.UsageError("give delivery IDs or --all-dead, not both")
+        result = _with_store(lambda s: _replay_all_dead(s, endpoint_id, since))
+        if as_json:
+            _emit(result, True, lambda _: None)
+        else:
+            click.echo(f"replayed {result['replayed']} dead deliveries")
+            if result["not_replayable"]:
+                click.echo(f"{result['not_replayable']} were no longer dead (replayed meanwhile)")
+        return
+    if endpoint_id is not None or since is not None:
+        raise click.UsageError("--endpoint and --since go with --all-dead")
+    if not delivery_ids:
+        raise click.UsageError("give one or more delivery IDs, or --all-dead")
+    result = _with_store(lambda s: s.replay(list(delivery_ids)))
+    _emit(
+        result,
+        as_json,
+        lambda r: _rows(
+            [
+                [k, "replayed" if v == "ok" else f"not replayed: {v or 'not found'}"]
+                for k, v in r.items()
+            ],
+            ["delivery", "result"],
+        ),
+    )
+    failed = sum(1 for v in result.values() if v != "ok")
+    if failed:
+        click.echo(f"Error: {failed} of {len(result)} not replayed", err=True)
+        sys.exit(1)
+
+
+async def _inspect(store: Store, ident: str) -> dict[str, Any] | None:
+    if ident.startswith("evt_"):
+        event = await store.get_event(ident)
+        sk = store.shard_keys_for(ident)
+        if event is None or sk is None:
+            return None
+        rows = await store.get_deliveries(sk, [d["id"] for d in event["deliveries"]])
+        found = {r["id"]: r for r in rows}
+        for d in event["deliveries"]:
+            row = found.get(d["id"])
+            d["status"] = row["status"] if row else "expired"
+            d["attempts"] = row["attempts"] if row else None
+        return {"kind": "event", **event}
+    delivery = await store.get_delivery(ident)
+    return None if delivery is None else {"kind": "delivery", **delivery}
+
+
+def _show_delivery(d: dict[str, Any]) -> None:
+    _rows(
+        [
+            ["delivery", d["id"]],
+            ["status", d["status"]],
+            ["event", d["event_id"]],
+            ["endpoint", d["endpoint_id"]],
+            ["type", d.get("type")],
+            ["attempts", f"{d['attempts']} of {d['max_attempts']}"],
+            ["created", _iso(d.get("created_at"))],
+            ["next attempt", _iso(d.get("next_attempt_at"))],
+            ["finished", _iso(d.get("finished_at"))],
+            ["last status", d.get("last_status_code")],
+            ["last error", _cut(d.get("last_error"), 100)],
+            ["worker", d.get("worker")],
+        ],
+        ["field", "value"],
+    )
+    click.echo()
+    _rows(
+        [
+            [
+                e.get("n"),
+                _iso(e.get("at")),
+                e.get("attempt"),
+                e.get("duration_ms"),
+                e.get("status_code"),
+                _cut(e.get("error") or "", 30) + (" (fenced)" if e.get("fenced") else ""),
+                e.get("outcome"),
+                e.get("worker"),
+            ]
+            for e in d.get("attempt_log", [])
+        ],
+        ["n", "at", "attempt", "ms", "status", "error", "outcome", "worker"],
+    )
+
+
+def _show_event(e: dict[str, Any]) -> None:
+    _rows(
+        [
+            ["event", e["id"]],
+            ["type", e["type"]],
+            ["app", e["app"]],
+            ["created", _iso(e["created_at"])],
+            ["payload", _cut(orjson.dumps(e["payload"]).decode(), 100)],
+        ],
+        ["field", "value"],
+    )
+    click.echo()
+    _rows(
+        [[d["id"], d["endpoint_id"], d["status"], d["attempts"]] for d in e["deliveries"]],
+        ["delivery", "endpoint", "status", "attempts"],
+    )
+
+
+@main.command(short_help="Show a delivery with its attempt log, or an event.")
+@click.argument("ident", metavar="ID")
+@json_option
+def inspect(ident: str, as_json: bool) -> None:
+    """Show a delivery (dlv_...) with its attempt log, or an event (evt_...) with its
+    deliveries. Exits 1 when ID is not found.
+
+    \b
+    Example:
+      relay inspect dlv_01J...
+    """
+    data = _with_store(lambda s: _inspect(s, ident))
+    if data is None:
+        raise click.ClickException(f"{ident} not found")
+    if as_json:
+        _emit(data, True, lambda _: None)
+    elif data["kind"] == "event":
+        _show_event(data)
+    else:
+        _show_delivery(data)
+
+
+async def _endpoints(store: Store, app: str | None) -> list[dict[str, Any]]:
+    rows = await store.list_endpoints(app)
+    breakers = await Health(store).breakers([r["id"] for r in rows])
+    out = []
+    for r in rows:
+        public = {k: v for k, v in r.items() if k not in ("secret", "previous_secrets")}
+        out.append({**public, "breaker": breakers[r["id"]]})
+    return out
+
+
+@main.command(short_help="List endpoints with their breaker state.")
+@click.option("--app", help="Only this app's endpoints.")
+@json_option
+def endpoints(app: str | None, as_json: bool) -> None:
+    """List endpoints with their breaker state (secrets are never shown).
+
+    \b
+    Example:
+      relay endpoints --app shop
+    """
+    rows = _with_store(lambda s: _endpoints(s, app))
+    _emit(
+        rows,
+        as_json,
+        lambda rs: _rows(
+            [
+                [
+                    r["id"],
+                    r["app"],
+                    _cut(r["url"], 50),
+                    ",".join(r["event_types"]),
+                    "yes" if r["enabled"] else "no",
+                    r["breaker"]["state"],
+                    r.get("rate_limit") or "-",
+                    r.get("max_in_flight") or "-",
+                ]
+                for r in rs
+            ],
+            [
+                "endpoint",
+                "app",
+                "url",
+                "event_types",
+                "enabled",
+                "breaker",
+                "rate/s",
+                "max_in_flight",
+            ],
+        ),
+    )
+
+
+async def _purge(store: Store, before: int) -> dict[str, Any]:
+    cutoff = before - 1  # expire.lua removes "at or before" its cutoff; TIME is exclusive
+    total = 0
+    for sk in store.keys.all_shards():
+        total += int(await store.redis.zcount(sk.succeeded, "-inf", cutoff))
+    with click.progressbar(length=total, label="purging", file=sys.stderr) as bar:
+        done = await Retention(store).expire(
+            succeeded_before=cutoff, progress=lambda got: bar.update(got.deliveries)
+        )
+    return {"deliveries": done.deliveries, "events": done.events, "before": _iso(before)}
+
+
+@main.command(short_help="Remove succeeded deliveries finished before TIME.")
+@click.option(
+    "--succeeded-before",
+    "before",
+    type=TIME,
+    required=True,
+    help="Remove succeeded deliveries that finished before TIME (e.g. 2d, or an ISO time).",
+)
+@json_option
+def purge(before: int, as_json: bool) -> None:
+    """Remove succeeded deliveries now, rather than at RELAY_RETENTION.
+
+    Removes each delivery's record and attempt log and its index entries, and an event
+    with its last delivery (the same script the workers' retention sweeper runs).
+    Pending, in-flight and dead deliveries are never touched.
+
+    \b
+    Example:
+      relay purge --succeeded-before 1d
+    """
+    result = _with_store(lambda s: _purge(s, before))
+    if as_json:
+        _emit(result, True, lambda _: None)
+    else:
+        click.echo(
+            f"removed {result['deliveries']} succeeded deliveries and {result['events']} "
+            f"events (finished before {result['before']})"
+        )
 
 
 if __name__ == "__main__":

@@ -1,16 +1,48 @@
-"""Prometheus metrics of this process (each replica serves its own ``/metrics``)."""
+"""Prometheus metrics of this process (each replica serves its own ``/metrics``).
+
+Counters and histograms count what this process did (sends, claims, reclaims, lease
+extensions, expiries). Gauges describe the shared state and are read from Redis at
+scrape time, cheaply: the queue gauges from :meth:`relay.store.Store.stats` (a few
+O(1)/O(log n) commands per shard, never a scan) and the breaker gauge with one pipelined
+``HGETALL`` per endpoint, for at most ``BREAKER_CAP`` endpoints. Every replica reports
+the same shared gauges; aggregate them with ``max``, not ``sum``.
+
+``relay api`` serves ``/metrics`` beside the API; ``relay worker`` serves it on
+``RELAY_METRICS_PORT`` when that is set (see :func:`serve`).
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from typing import Any
+
+import structlog
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+log = structlog.get_logger("relay.metrics")
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+BREAKER_CAP = 500  # endpoints exported by relay_endpoint_breaker_state at most
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
 
 DELIVERIES = Counter(
-    "relay_deliveries", "Delivery attempts by outcome", ["outcome"], registry=REGISTRY
+    "relay_deliveries",
+    "Delivery attempts by outcome (succeeded, retry, dead)",
+    ["outcome"],
+    registry=REGISTRY,
 )
 ATTEMPTS = Counter(
-    "relay_attempts", "Requests sent, by status code class", ["code_class"], registry=REGISTRY
+    "relay_attempts",
+    "Requests sent, by status code class (2xx, 3xx, 4xx, 5xx, or error: no answer)",
+    ["code_class"],
+    registry=REGISTRY,
 )
 DURATION = Histogram(
     "relay_delivery_duration_seconds",
@@ -30,14 +62,36 @@ RECLAIMED = Counter(
 LEASE_EXTENSIONS = Counter(
     "relay_lease_extensions", "Leases extended while a send was in flight", registry=REGISTRY
 )
+EXPIRED = Counter(
+    "relay_expired",
+    "Records removed by retention in this process (kind: delivery or event)",
+    ["kind"],
+    registry=REGISTRY,
+)
 QUEUE_DUE = Gauge("relay_queue_due", "Deliveries due now", registry=REGISTRY)
 QUEUE_SCHEDULED = Gauge("relay_queue_scheduled", "Pending deliveries due later", registry=REGISTRY)
 QUEUE_PROCESSING = Gauge(
     "relay_queue_processing", "Deliveries claimed (in flight)", registry=REGISTRY
 )
 DEAD_LETTERS = Gauge("relay_dead_letters", "Dead deliveries kept", registry=REGISTRY)
+SUCCEEDED_KEPT = Gauge(
+    "relay_succeeded_kept", "Succeeded deliveries kept (until retention)", registry=REGISTRY
+)
 OLDEST_DUE = Gauge(
     "relay_queue_oldest_due_age_seconds", "Age of the oldest due delivery", registry=REGISTRY
+)
+ENDPOINTS = Gauge("relay_endpoints", "Endpoints configured", registry=REGISTRY)
+BREAKER = Gauge(
+    "relay_endpoint_breaker_state",
+    f"Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open "
+    f"(at most {BREAKER_CAP} endpoints)",
+    ["endpoint"],
+    registry=REGISTRY,
+)
+REDIS_UP = Gauge(
+    "relay_redis_up",
+    "1 when the shared gauges of this scrape were read from Redis, 0 when it did not answer",
+    registry=REGISTRY,
 )
 
 
@@ -47,10 +101,71 @@ def observe_attempt(outcome: str, status: int | None, duration: float) -> None:
     DURATION.observe(duration)
 
 
-def set_queue(stats: dict) -> None:
+def set_queue(stats: dict[str, Any]) -> None:
     """Queue gauges from :meth:`relay.store.Store.stats` (a few O(1) commands per shard)."""
     QUEUE_DUE.set(stats["queue"]["due"])
     QUEUE_SCHEDULED.set(stats["queue"]["scheduled"])
     QUEUE_PROCESSING.set(stats["queue"]["processing"])
     DEAD_LETTERS.set(stats["counts"]["dead"])
+    SUCCEEDED_KEPT.set(stats["counts"]["succeeded"])
     OLDEST_DUE.set(stats["queue"]["oldest_due_age_seconds"])
+
+
+async def _endpoint_ids(store: Any) -> tuple[int, list[str]]:
+    """How many endpoints there are, and the ids of the first ``BREAKER_CAP`` of them."""
+    key = store.keys.endpoints
+    count = int(await store.redis.hlen(key))
+    if count <= BREAKER_CAP:
+        return count, sorted(await store.redis.hkeys(key))
+    # Too many to list each scrape: take the first BREAKER_CAP that HSCAN hands out
+    # (HSCAN may repeat a field, hence the set).
+    ids: set[str] = set()
+    async for field, _ in store.redis.hscan_iter(key, count=BREAKER_CAP):
+        ids.add(field)
+        if len(ids) >= BREAKER_CAP:
+            break
+    return count, sorted(ids)
+
+
+async def refresh(store: Any) -> None:
+    """Read the shared gauges from Redis; on failure keep serving the process's own."""
+    from relay.health import Health  # health imports store; keep this module light
+
+    try:
+        stats = await store.stats()
+        count, ids = await _endpoint_ids(store)
+        breakers = await Health(store).breakers(ids)
+    except Exception as exc:
+        REDIS_UP.set(0)
+        log.warning("metrics.redis_unavailable", error=str(exc))
+        return
+    set_queue(stats)
+    ENDPOINTS.set(count)
+    # No await from here on: a concurrent scrape never sees the gauge half rebuilt.
+    BREAKER.clear()
+    for endpoint_id, view in breakers.items():
+        BREAKER.labels(endpoint_id).set(BREAKER_STATES.get(view["state"], 0))
+    REDIS_UP.set(1)
+
+
+async def render(store: Any) -> web.Response:
+    """The ``/metrics`` answer: refresh the shared gauges, then the text format."""
+    await refresh(store)
+    resp = web.Response(body=generate_latest(REGISTRY))
+    resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return resp
+
+
+async def serve(store: Any, host: str, port: int) -> web.AppRunner:
+    """A tiny HTTP server with ``GET /metrics`` only (``relay worker``'s exporter)."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return await render(store)
+
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    log.info("metrics.listening", url=f"http://{host}:{port}/metrics")
+    return runner

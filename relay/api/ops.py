@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 
 from relay import __version__, metrics
 from relay.api.common import ROUTES, STORE, json, route
 from relay.models import ErrorOut, StatsOut
 
 
-@route("GET", "/healthz", summary="Alive", auth=False)
+class HealthOut(BaseModel):
+    status: Literal["ok", "ready", "unavailable"]
+    error: str | None = None
+
+
+@route("GET", "/healthz", summary="Alive", auth=False, responses={200: HealthOut})
 async def healthz(request: web.Request) -> web.Response:
     return json({"status": "ok"})
 
 
-@route("GET", "/readyz", summary="Ready: Redis answers", auth=False)
+@route(
+    "GET",
+    "/readyz",
+    summary="Ready: Redis answers",
+    auth=False,
+    responses={200: HealthOut, 503: HealthOut},
+)
 async def readyz(request: web.Request) -> web.Response:
     try:
         await request.app[STORE].redis.ping()
@@ -38,13 +49,7 @@ async def stats(request: web.Request) -> web.Response:
 
 @route("GET", "/metrics", summary="Prometheus metrics of this process", auth=False)
 async def prometheus(request: web.Request) -> web.Response:
-    try:
-        metrics.set_queue(await request.app[STORE].stats())
-    except Exception:  # keep serving process metrics while Redis is away
-        pass
-    resp = web.Response(body=generate_latest(metrics.REGISTRY))
-    resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
-    return resp
+    return await metrics.render(request.app[STORE])
 
 
 def openapi_document() -> dict[str, Any]:
@@ -80,7 +85,14 @@ def openapi_document() -> dict[str, Any]:
                 "required": True,
                 "content": {"application/json": {"schema": ref(spec.body)}},
             }
-        for status, model in (spec.responses or {200: None}).items():
+        responses = dict(spec.responses or {200: None})
+        # What the shared request parsing answers on its own (relay.api.common).
+        if spec.body is not None:
+            responses.setdefault(400, ErrorOut)  # invalid_json
+            responses.setdefault(413, ErrorOut)  # payload_too_large
+        if spec.body is not None or spec.query is not None:
+            responses.setdefault(422, ErrorOut)  # validation_error
+        for status, model in sorted(responses.items()):
             entry: dict[str, Any] = {"description": "error" if status >= 400 else "ok"}
             if model is not None:
                 entry["content"] = {"application/json": {"schema": ref(model)}}

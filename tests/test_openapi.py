@@ -1,0 +1,278 @@
+"""/openapi.json against the running API: every route is documented, every documented
+answer is produced by a real request and matches its schema.
+
+The schemas are checked with jsonschema (OpenAPI 3.1 schemas are JSON Schema 2020-12),
+strictly: an object schema that does not say otherwise gets ``additionalProperties:
+false``, so a field the route returns but the model does not document fails too.
+Only the dashboard's static files (``/ui``, ``/ui/*``) are left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from conftest import make_settings
+from jsonschema import Draft202012Validator
+
+from relay.api import create_app
+from relay.redisproc import RedisServer, free_port
+from relay.store import Store, connect
+from relay.worker import Worker
+
+pytestmark = pytest.mark.realredis
+
+UNKNOWN_DLV = "dlv_01M8NRGJEW00N08E236MWQ75WB"
+UNKNOWN_EVT = "evt_01M8NRGJEW00N08E236MWQ75WB"
+UNKNOWN_EP = "ep_01M8NRGJEW00N08E236MWQ75WB"
+
+
+def is_static(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
+
+
+def strict(doc: dict[str, Any]) -> dict[str, Any]:
+    """The components, with additionalProperties: false wherever a schema is silent."""
+    components = copy.deepcopy(doc["components"])
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "properties" in node and "additionalProperties" not in node:
+                node["additionalProperties"] = False
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(components["schemas"])
+    return components
+
+
+class Checker:
+    """Makes requests, checks each answer against the document, records what it saw."""
+
+    def __init__(self, base: str, doc: dict[str, Any], session: aiohttp.ClientSession) -> None:
+        self.base = base
+        self.doc = doc
+        self.session = session
+        self.components = strict(doc)
+        self.seen: set[tuple[str, str, int]] = set()
+        self.mismatches: list[str] = []  # collected, so one run shows all of them
+
+    async def __call__(
+        self, method: str, template: str, status: int, path: str | None = None, **kw: Any
+    ) -> Any:
+        session = kw.pop("session", self.session)
+        async with session.request(method, self.base + (path or template), **kw) as resp:
+            raw = await resp.read()
+            ctype = resp.headers.get("Content-Type", "")
+            got = resp.status
+        where = f"{method} {path or template}"
+        assert got == status, f"{where}: {got} {raw[:300]!r}"
+        op = self.doc["paths"][template][method.lower()]
+        documented = op["responses"].get(str(status))
+        assert documented is not None, f"{where}: status {status} is not documented"
+        self.seen.add((method, template, status))
+        content = documented.get("content")
+        if content is None:
+            return raw
+        assert ctype.startswith("application/json"), f"{where}: {ctype}"
+        data = orjson.loads(raw)
+        schema = {**content["application/json"]["schema"], "components": self.components}
+        for e in sorted(Draft202012Validator(schema).iter_errors(data), key=str):
+            self.mismatches.append(
+                f"{where} -> {status}: {'/'.join(map(str, e.absolute_path))}: {e.message}"
+            )
+        return data
+
+
+@pytest.fixture
+async def setup(make_store: Any, make_api: Any, receiver: Any) -> Any:
+    store = await make_store(max_payload_bytes=1024)
+    api = await make_api(store)
+    async with aiohttp.ClientSession() as anon, api.session.get(api.url + "/openapi.json") as r:
+        doc = await r.json()
+        yield store, api, doc, Checker(api.url, doc, api.session), anon
+
+
+def documented(doc: dict[str, Any]) -> set[tuple[str, str, int]]:
+    return {
+        (method.upper(), path, int(status))
+        for path, ops in doc["paths"].items()
+        if not is_static(path)
+        for method, op in ops.items()
+        for status in op["responses"]
+    }
+
+
+async def test_every_route_is_in_the_document(setup: Any) -> None:
+    store, _, doc, _, _ = setup
+    app = create_app(store.settings, store)
+    routes = {
+        (r.method, r.resource.canonical)
+        for r in app.router.routes()
+        if r.resource is not None and r.method != "HEAD"
+    }
+    assert routes
+    for method, path in routes:
+        assert method.lower() in doc["paths"].get(path, {}), f"{method} {path} not documented"
+    listed = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    assert listed == routes  # and nothing documented that does not exist
+
+
+async def test_every_documented_answer_matches(setup: Any, receiver: Any) -> None:
+    store, _, doc, check, anon = setup
+    receiver.responses["/gone"] = lambda request: web.Response(status=410)
+    big = b'{"url": "' + b"x" * 70_000 + b'"}'  # beyond the server's request size limit
+
+    # -- endpoints
+    ok = await check("POST", "/v1/endpoints", 201, json={"url": receiver.url + "/ok"})
+    gone = await check("POST", "/v1/endpoints", 201, json={"url": receiver.url + "/gone"})
+    doomed = await check("POST", "/v1/endpoints", 201, json={"url": receiver.url + "/x"})
+    await check("POST", "/v1/endpoints", 400, data=b"{", headers=json_type())
+    await check("POST", "/v1/endpoints", 413, data=big, headers=json_type())
+    await check("POST", "/v1/endpoints", 422, json={"url": "ftp://x"})
+    await check("POST", "/v1/endpoints", 401, json={"url": "http://x"}, session=anon)
+    await check("GET", "/v1/endpoints", 200)
+    await check("GET", "/v1/endpoints", 422, path="/v1/endpoints?app=%20bad")
+    await check("GET", "/v1/endpoints", 401, session=anon)
+    one = "/v1/endpoints/{id}"
+    await check("GET", one, 200, path=f"/v1/endpoints/{ok['id']}")
+    await check("GET", one, 404, path=f"/v1/endpoints/{UNKNOWN_EP}")
+    await check("GET", one, 401, path=f"/v1/endpoints/{ok['id']}", session=anon)
+    await check("PATCH", one, 200, path=f"/v1/endpoints/{ok['id']}", json={"description": "d"})
+    await check("PATCH", one, 404, path=f"/v1/endpoints/{UNKNOWN_EP}", json={})
+    await check("PATCH", one, 400, path=f"/v1/endpoints/{ok['id']}", data=b"[", headers=json_type())
+    await check("PATCH", one, 413, path=f"/v1/endpoints/{ok['id']}", data=big, headers=json_type())
+    await check("PATCH", one, 422, path=f"/v1/endpoints/{ok['id']}", json={"url": None})
+    await check("PATCH", one, 401, path=f"/v1/endpoints/{ok['id']}", json={}, session=anon)
+    await check("DELETE", one, 204, path=f"/v1/endpoints/{doomed['id']}")
+    await check("DELETE", one, 404, path=f"/v1/endpoints/{doomed['id']}")
+    await check("DELETE", one, 401, path=f"/v1/endpoints/{ok['id']}", session=anon)
+    for sub, method in (("secret", "GET"), ("rotate-secret", "POST")):
+        template = "/v1/endpoints/{id}/" + sub
+        await check(method, template, 200, path=f"/v1/endpoints/{ok['id']}/{sub}")
+        await check(method, template, 404, path=f"/v1/endpoints/{UNKNOWN_EP}/{sub}")
+        await check(method, template, 401, path=f"/v1/endpoints/{ok['id']}/{sub}", session=anon)
+
+    # -- events; then a worker makes one delivery succeeded and one dead
+    event = {"type": "order.paid", "payload": {"n": 1}, "endpoint_ids": [ok["id"], gone["id"]]}
+    key = {"Idempotency-Key": "k1"}
+    first = await check("POST", "/v1/events", 201, json=event, headers=key)
+    await check("POST", "/v1/events", 200, json=event, headers=key)
+    await check("POST", "/v1/events", 409, json={**event, "payload": 2}, headers=key)
+    await check("POST", "/v1/events", 413, json={"type": "t", "payload": "x" * 2000})
+    await check("POST", "/v1/events", 400, data=b"nope", headers=json_type())
+    await check("POST", "/v1/events", 422, json={"payload": 1})
+    await check("POST", "/v1/events", 401, json=event, session=anon)
+    await Worker(store, store.settings).run(asyncio.Event(), burst=True)
+    by_ep = {d["endpoint_id"]: d["id"] for d in first["deliveries"]}
+    succeeded, dead = by_ep[ok["id"]], by_ep[gone["id"]]
+    later = await check("POST", "/v1/events", 201, json={**event, "endpoint_ids": [ok["id"]]})
+    pending = later["deliveries"][0]["id"]
+    assert (await store.get_delivery(dead) or {})["status"] == "dead"
+    assert (await store.get_delivery(succeeded) or {})["status"] == "succeeded"
+
+    evt = "/v1/events/{id}"
+    await check("GET", evt, 200, path=f"/v1/events/{first['id']}")
+    await check("GET", evt, 404, path=f"/v1/events/{UNKNOWN_EVT}")
+    await check("GET", evt, 401, path=f"/v1/events/{first['id']}", session=anon)
+
+    # -- deliveries
+    page = await check("GET", "/v1/deliveries", 200, path="/v1/deliveries?limit=2")
+    assert page["next_cursor"]
+    await check(
+        "GET", "/v1/deliveries", 200, path=f"/v1/deliveries?status=dead&endpoint_id={gone['id']}"
+    )
+    await check("GET", "/v1/deliveries", 422, path="/v1/deliveries?status=lost")
+    await check("GET", "/v1/deliveries", 401, session=anon)
+    dlv = "/v1/deliveries/{id}"
+    for d in (succeeded, dead, pending):
+        await check("GET", dlv, 200, path=f"/v1/deliveries/{d}")
+    await check("GET", dlv, 404, path=f"/v1/deliveries/{UNKNOWN_DLV}")
+    await check("GET", dlv, 401, path=f"/v1/deliveries/{dead}", session=anon)
+    rep = "/v1/deliveries/{id}/replay"
+    await check("POST", rep, 409, path=f"/v1/deliveries/{pending}/replay")
+    await check("POST", rep, 404, path=f"/v1/deliveries/{UNKNOWN_DLV}/replay")
+    await check("POST", rep, 401, path=f"/v1/deliveries/{dead}/replay", session=anon)
+    await check("POST", rep, 202, path=f"/v1/deliveries/{succeeded}/replay")
+    rec = "/v1/endpoints/{id}/recover"
+    await check(
+        "POST", rec, 400, path=f"/v1/endpoints/{gone['id']}/recover", data=b"{", headers=json_type()
+    )
+    await check(
+        "POST", rec, 413, path=f"/v1/endpoints/{gone['id']}/recover", data=big, headers=json_type()
+    )
+    await check("POST", rec, 422, path=f"/v1/endpoints/{gone['id']}/recover", json={"since": "x"})
+    await check("POST", rec, 404, path=f"/v1/endpoints/{UNKNOWN_EP}/recover")
+    await check("POST", rec, 401, path=f"/v1/endpoints/{gone['id']}/recover", session=anon)
+    assert (await check("POST", rec, 202, path=f"/v1/endpoints/{gone['id']}/recover")) == {
+        "recovered": 1
+    }
+
+    # -- dashboard JSON
+    await check("GET", "/v1/ui/overview", 200)
+    await check("GET", "/v1/ui/overview", 401, session=anon)
+    await check("GET", "/v1/ui/deliveries", 200, path="/v1/ui/deliveries?type=order.*")
+    await check("GET", "/v1/ui/deliveries", 422, path="/v1/ui/deliveries?limit=0")
+    await check("GET", "/v1/ui/deliveries", 401, session=anon)
+    view = "/v1/ui/deliveries/{id}"
+    for d in (succeeded, dead, pending):
+        await check("GET", view, 200, path=f"/v1/ui/deliveries/{d}")
+    await check("GET", view, 404, path=f"/v1/ui/deliveries/{UNKNOWN_DLV}")
+    await check("GET", view, 401, path=f"/v1/ui/deliveries/{dead}", session=anon)
+    await check("GET", "/v1/ui/endpoint-health", 200)
+    await check("GET", "/v1/ui/endpoint-health", 401, session=anon)
+
+    # -- operations
+    await check("GET", "/v1/stats", 200)
+    await check("GET", "/v1/stats", 401, session=anon)
+    await check("GET", "/healthz", 200, session=anon)
+    await check("GET", "/readyz", 200, session=anon)
+    await check("GET", "/openapi.json", 200, session=anon)
+    text = await check("GET", "/metrics", 200, session=anon)
+    assert b"relay_deliveries_total" in text
+    check.seen |= await readyz_unavailable(doc)
+
+    assert not check.mismatches, "answers that do not match their schema:\n" + "\n".join(
+        check.mismatches
+    )
+    missing = documented(doc) - check.seen
+    assert not missing, f"documented but never produced by a request: {sorted(missing)}"
+
+
+async def readyz_unavailable(doc: dict[str, Any]) -> set[tuple[str, str, int]]:
+    """/readyz 503 needs a Redis that went away: a private one, stopped."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = RedisServer(data_dir=Path(tmp), appendonly=False)
+        server.start()
+        settings = make_settings(redis_url=server.url)
+        store = Store(connect(settings), settings)
+        runner = web.AppRunner(create_app(settings, store), access_log=None)
+        try:
+            await runner.setup()
+            port = free_port()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            server.stop()
+            async with aiohttp.ClientSession() as session:
+                check = Checker(f"http://127.0.0.1:{port}", doc, session)
+                data = await check("GET", "/readyz", 503)
+            assert data["status"] == "unavailable" and not check.mismatches
+            return check.seen
+        finally:
+            await runner.cleanup()
+            await store.close()
+            server.stop()
+
+
+def json_type() -> dict[str, str]:
+    return {"Content-Type": "application/json"}
