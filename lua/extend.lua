@@ -8,7 +8,7 @@
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local until_ms = now + tonumber(ARGV[1])
-local n = #KEYS - 1
+local n = #KEYS - 2  -- the last key is the slot guard (relay/scripts.py)
 local res = {}
 for i = 1, n do
   if redis.call("HGET", KEYS[1 + i], "claim") == ARGV[1 + i] then

@@ -8,7 +8,7 @@
 -- Returns the number held.
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local n = #KEYS - 2
+local n = #KEYS - 3  -- the last key is the slot guard (relay/scripts.py)
 local held = 0
 for i = 1, n do
   local dkey = KEYS[2 + i]

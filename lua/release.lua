@@ -6,7 +6,7 @@
 -- Returns one integer per item: 1 handed back, 0 the claim was no longer ours.
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local n = #KEYS - 2
+local n = #KEYS - 3  -- the last key is the slot guard (relay/scripts.py)
 local res = {}
 local any = false
 for i = 1, n do

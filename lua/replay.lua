@@ -11,7 +11,7 @@
 -- ("" when the delivery does not exist).
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local n = #KEYS - 3
+local n = #KEYS - 4  -- the last key is the slot guard (relay/scripts.py)
 local res = {}
 local any = false
 for i = 1, n do

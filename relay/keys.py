@@ -15,11 +15,11 @@ key                                        type    holds
 ``relay:v1:{s0}:succeeded``                zset    succeeded delivery ids, score = finish time
 ``relay:v1:{s0}:dead``                     zset    dead delivery ids, score = time of death
 ``relay:v1:{s0}:deliveries``               zset    every delivery id, score = created (ms)
-``relay:v1:{s0}:events``                   zset    every event id, score = created (ms)
+``relay:v1:{s0}:events``                   zset    events with deliveries, score = created (ms)
 ``relay:v1:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
 ``relay:v1:{s0}:dlv:<delivery_id>``        hash    the delivery record (status, attempts, claim)
 ``relay:v1:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request
-``relay:v1:{s0}:evt:<event_id>``           hash    the event: type, app, body (exact bytes sent)
+``relay:v1:{s0}:evt:<event_id>``           hash    event: type, app, body (bytes sent), live count
 ``relay:v1:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
 ``relay:v1:{s0}:stats``                    hash    shard counters (reclaimed)
 ``relay:v1:{s0}:wake``                     pubsub  "work became due earlier than you thought"

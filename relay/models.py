@@ -271,9 +271,20 @@ class RecoverOut(BaseModel):
     recovered: int
 
 
+class ErrorDetail(BaseModel):
+    field: str
+    message: str
+
+
 class ErrorOut(BaseModel):
     error: str
     message: str
+    details: list[ErrorDetail] | None = Field(
+        default=None, description="validation_error: one entry per field in error"
+    )
+    current_status: Status | None = Field(
+        default=None, description="delivery_not_replayable: the delivery's status now"
+    )
 
 
 class StatsOut(BaseModel):

@@ -3,12 +3,34 @@
 redis-py's ``register_script`` computes each SHA locally and its call runs ``EVALSHA``,
 falling back to ``SCRIPT LOAD`` on ``NOSCRIPT`` (a Redis restart or ``SCRIPT FLUSH``),
 so scripts are never re-sent inline on the hot path.
+
+Slot guard (Redis Cluster). Every call declares one more key after the script's own:
+``<prefix>:v1:{tag}:guard`` (:func:`guard_key`), under the hash tag of the first key,
+which nobody ever writes. While a slot is being migrated, Redis refuses (``TRYAGAIN``
+or ``ASK`` then ``TRYAGAIN``) any multi-key command one of whose keys is missing, on
+both nodes; so a script never runs while its slot's keys are split between two nodes.
+Without it a script could run on the source with a delivery hash already moved (the
+read fails mid-script, after earlier writes) or, after ``ASK``, on the target with it
+not yet moved (the read silently finds nothing). Outside a migration a missing key
+costs nothing. The scripts that count their keys leave the last one out.
+
+Calls refused that way ran nothing, so they are retried here for up to
+``MIGRATION_WAIT`` seconds (a slot moved here at ~60,000 keys/s), except
+``claim`` and ``reclaim``, which the worker's claim loop already retries per shard.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import structlog
+from redis.exceptions import AskError, ClusterError, TryAgainError
+
+log = structlog.get_logger("relay.scripts")
 
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
 NAMES = (
@@ -26,20 +48,69 @@ NAMES = (
     "settle",
     "hold",
     "resume",
+    "expire",
 )
+# Refusals that mean "this script did not run: the slot is moving or the cluster is
+# re-forming" (ClusterError covers redis-py's "TTL exhausted" after its own redirects
+# and retries, and CLUSTERDOWN).
+NOT_RUN = (TryAgainError, AskError, ClusterError)
+MIGRATION_WAIT = 30.0
+FAIL_FAST = frozenset({"claim", "reclaim"})
+
+
+def guard_key(key: str) -> str:
+    """The never-written key under the hash tag of ``key`` (``relay:v1:{s0}:guard``)."""
+    end = key.find("}", key.find("{") + 1)
+    if key.find("{") < 0 or end < 0:
+        raise ValueError(f"{key!r} has no hash tag")
+    return key[: end + 1] + ":guard"
+
+
+class _Call:
+    """One script: adds the slot guard, retries refusals that ran nothing."""
+
+    def __init__(self, owner: Scripts, name: str, script: Any) -> None:
+        self._owner = owner
+        self._name = name
+        self.script = script
+
+    @property
+    def sha(self) -> str:
+        return str(self.script.sha)
+
+    async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        keys = [*keys, guard_key(str(keys[0]))]
+        deadline = time.monotonic() + (0.0 if self._name in FAIL_FAST else MIGRATION_WAIT)
+        delay = 0.01
+        while True:
+            try:
+                return await self.script(keys=keys, args=args)
+            except NOT_RUN as exc:
+                self._owner.refused[self._name] = self._owner.refused.get(self._name, 0) + 1
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("script.retry", script=self._name, error=str(exc)[:120])
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
 
 class Scripts:
-    """Name -> redis-py script object, for one client."""
+    """Name -> callable script (``await scripts.claim(keys=..., args=...)``), one client."""
 
     def __init__(self, client: Any, lua_dir: Path = LUA_DIR) -> None:
         self._client = client
         self._sources = {name: (lua_dir / f"{name}.lua").read_text() for name in NAMES}
-        self._scripts = {name: client.register_script(src) for name, src in self._sources.items()}
+        self._calls = {
+            name: _Call(self, name, client.register_script(src))
+            for name, src in self._sources.items()
+        }
+        # Calls refused (and so not run) because their slot was moving or the cluster
+        # re-forming, by script name; every refusal but the last of a call is retried.
+        self.refused: dict[str, int] = {}
 
     def __getattr__(self, name: str) -> Any:
         try:
-            return self._scripts[name]
+            return self._calls[name]
         except KeyError:
             raise AttributeError(name) from None
 
@@ -49,4 +120,4 @@ class Scripts:
             sha = await self._client.script_load(src)
             if isinstance(sha, dict):  # a cluster answers per node
                 sha = next(iter(sha.values()))
-            self._scripts[name].sha = sha
+            self._calls[name].script.sha = sha

@@ -23,11 +23,17 @@ class SettingsError(ValueError):
 
 def _redact_url(url: str) -> str:
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    if parts.password is not None:
+        # keep the host exactly as written (an IPv6 literal keeps its brackets)
+        netloc = f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}"
+        parts = parts._replace(netloc=netloc)
+    if parts.query:  # redis-py also takes ?password=...
+        query = "&".join(
+            f"{k}=***" if k.lower() == "password" else f"{k}{sep}{v}"
+            for k, sep, v in (p.partition("=") for p in parts.query.split("&"))
+        )
+        parts = parts._replace(query=query)
+    return urlunsplit(parts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +58,8 @@ class Settings:
     retention: float = 7 * 86400.0
     dead_retention: float = 30 * 86400.0
     idempotency_ttl: float = 86400.0
+    sweep_interval: float = 60.0  # how often each worker runs the retention sweep
+    metrics_port: int = 0  # `relay worker` serves /metrics here when not 0
     shutdown_grace: float = 20.0
     breaker_threshold: int = 5
     breaker_cooldown: float = 30.0
@@ -120,6 +128,8 @@ class Settings:
         convert("RETENTION", "retention", _positive_duration)
         convert("DEAD_RETENTION", "dead_retention", _positive_duration)
         convert("IDEMPOTENCY_TTL", "idempotency_ttl", _positive_duration)
+        convert("SWEEP_INTERVAL", "sweep_interval", _positive_duration)
+        convert("METRICS_PORT", "metrics_port", _port)
         convert("SHUTDOWN_GRACE", "shutdown_grace", parse_duration)
         convert("BREAKER_THRESHOLD", "breaker_threshold", _positive_int)
         convert("BREAKER_COOLDOWN", "breaker_cooldown", _positive_duration)

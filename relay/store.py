@@ -39,10 +39,26 @@ _INT_FIELDS = (
 def connect(settings: Settings) -> Any:
     """An asyncio Redis (or Redis Cluster) client for ``settings.redis_url``."""
     if settings.redis_cluster:
-        return RedisCluster.from_url(settings.redis_url, decode_responses=True)
-    return aioredis.Redis.from_url(
-        settings.redis_url, decode_responses=True, health_check_interval=30
+        # reinitialize_steps=0: a MOVED patches that slot in the client's map. The default
+        # (5) closes every node connection on each 5th MOVED, under the commands other
+        # tasks have in flight on them (redis-py 8.1: AttributeError 'writelines' there),
+        # and a slot being migrated sends MOVED often (ASKING and the command it covers
+        # may leave on different pooled connections). max_connections is per node, and
+        # past it a command fails at once (MaxConnectionsError; no blocking pool here):
+        # room for a busy API replica, opened only as needed.
+        return RedisCluster.from_url(
+            settings.redis_url, decode_responses=True, reinitialize_steps=0, max_connections=1024
+        )
+    # A blocking pool: past max_connections a command waits for a free connection
+    # instead of failing with MaxConnectionsError (which made busy API replicas 500).
+    pool = aioredis.BlockingConnectionPool.from_url(
+        settings.redis_url,
+        decode_responses=True,
+        health_check_interval=30,
+        max_connections=256,
+        timeout=20,
     )
+    return aioredis.Redis.from_pool(pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +131,18 @@ class Store:
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+    def wake_pubsub(self, attempt: int = 0) -> Any:
+        """A pub/sub connection for the shards' wake channels (``attempt``: reconnects so far).
+
+        On a cluster the scripts' PUBLISH reaches every node, so one node's connection
+        hears all shards; each reconnect takes the next node the client knows, so a node
+        that failed is not retried first.
+        """
+        if not isinstance(self.redis, RedisCluster):
+            return self.redis.pubsub()
+        nodes = self.redis.get_nodes()
+        return self.redis.pubsub(node=nodes[attempt % len(nodes)])
 
     def shard_keys_for(self, ident: str) -> ShardKeys | None:
         shard = ids.shard_of(ident)
@@ -195,6 +223,7 @@ class Store:
         for delivery_id, endpoint_id in deliveries:
             keys += [sk.delivery(delivery_id), sk.endpoint_index(endpoint_id)]
             args += [delivery_id, endpoint_id]
+        args.append(int(self.settings.retention * 1000))  # TTL of an event with no delivery
         res = await self.scripts.publish(keys=keys, args=args)
         return None if int(res[0]) == 1 else res[1]
 
@@ -326,7 +355,15 @@ class Store:
                 return [], None
             rows = await self.get_deliveries(sk, [d["id"] for d in event["deliveries"]])
             rows = [r for r in rows if _matches(r, status, endpoint_id)]
-            return rows[:limit], None
+            # Same order and cursor as the indexes (created, id), so an event with more
+            # deliveries than one page is walked page by page like any other listing.
+            rows.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
+            if after is not None:
+                rows = [r for r in rows if (r["created_at"], r["id"]) < after]
+            if len(rows) > limit:
+                last = rows[limit - 1]
+                return rows[:limit], encode_cursor(last["created_at"], last["id"])
+            return rows, None
 
         def source(sk: ShardKeys) -> str:
             if endpoint_id is not None:
@@ -395,18 +432,18 @@ class Store:
         due_now = 0
         oldest: int | None = None
         reclaimed = 0
-        now_ms: int | None = None
+        # One TIME, outside the pipelines: a cluster pipeline refuses keyless commands.
+        t = await self.redis.time()
+        now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
         for sk in self.keys.all_shards():
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.time()
                 pipe.zcard(sk.due)
                 pipe.zcard(sk.processing)
                 pipe.zcard(sk.succeeded)
                 pipe.zcard(sk.dead)
                 pipe.zrange(sk.due, 0, 0, withscores=True)
                 pipe.hget(sk.stats, "reclaimed")
-                t, due, proc, ok, dead, head, rec = await pipe.execute()
-            now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
+                due, proc, ok, dead, head, rec = await pipe.execute()
             counts["pending"] += due
             counts["delivering"] += proc
             counts["succeeded"] += ok
@@ -446,4 +483,7 @@ def _delivery(raw: dict[str, str]) -> dict[str, Any]:
     code = out.get("last_status_code")
     out["last_status_code"] = int(code) if code else None
     out["last_error"] = out.get("last_error") or None
+    # Scripts delete these when they stop applying; the API still lists them, as null.
+    for f in ("next_attempt_at", "finished_at", "last_attempt_at"):
+        out.setdefault(f, None)
     return out

@@ -31,8 +31,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from relay import metrics, retry, sender
-from relay.health import Health, Settled
+from relay.health import Health, Settled, Windows
 from relay.keys import ShardKeys
+from relay.retention import Retention
 from relay.settings import Settings
 from relay.store import Claimed, Outcome, Store
 
@@ -185,6 +186,9 @@ class Worker:
         self._slow = 0  # sends in flight for longer than slow_send_after
         self._avg_ms: dict[str, float] = {}  # send duration per endpoint (deferral spread)
         self._disabling: set[str] = set()
+        self._windows = Windows(
+            settings.worker_concurrency, settings.http_timeout, settings.slow_send_after
+        )
         self._tokens = itertools.count()
         self._token_base = f"{settings.worker_id}:{os.urandom(3).hex()}"
         self._shards = store.keys.all_shards()
@@ -198,6 +202,11 @@ class Worker:
 
     async def run(self, stop: asyncio.Event, *, burst: bool = False) -> None:
         """Deliver until ``stop`` is set (or, with ``burst``, until nothing is due)."""
+        exporter = None  # each replica serves its own /metrics when RELAY_METRICS_PORT is set
+        if self.settings.metrics_port:
+            exporter = await metrics.serve(
+                self.store, self.settings.host, self.settings.metrics_port
+            )
         if self._session is None:
             self._session = sender.make_session(
                 timeout=self.settings.http_timeout,
@@ -208,6 +217,7 @@ class Worker:
         self._settler.start()
         heartbeat = asyncio.create_task(self._heartbeat(stop), name="relay-heartbeat")
         listener = asyncio.create_task(self._listen(), name="relay-wake")
+        sweeper = asyncio.create_task(Retention(self.store).run(), name="relay-sweeper")
         log.info("worker.started", worker=self.settings.worker_id, shards=len(self._shards))
         try:
             await self._loop(stop, burst)
@@ -215,7 +225,10 @@ class Worker:
             await self._shutdown()
             heartbeat.cancel()
             listener.cancel()
-            await asyncio.gather(heartbeat, listener, return_exceptions=True)
+            sweeper.cancel()
+            await asyncio.gather(heartbeat, listener, sweeper, return_exceptions=True)
+            if exporter is not None:
+                await exporter.cleanup()
             if self._own_session and self._session is not None:
                 await self._session.close()
             log.info("worker.stopped", worker=self.settings.worker_id)
@@ -290,7 +303,11 @@ class Worker:
             )
         except Exception as exc:  # Redis down or restarting: back off, keep running
             log.warning("claim.failed", shard=sk.shard, error=str(exc))
-            self._next_due[sk.shard] = int(time.time() * 1000) + 500
+            # Both wake-up times, or a lease expiry seen before the outage (now in the
+            # past) makes the idle wait ~0 and the loop spins against a dead Redis.
+            retry_at = int(time.time() * 1000) + 500
+            self._next_due[sk.shard] = retry_at
+            self._next_lease[sk.shard] = retry_at
             return 0
         self._next_due[sk.shard] = res.next_due_ms
         self._next_lease[sk.shard] = res.next_lease_ms
@@ -300,7 +317,12 @@ class Worker:
         self.stats.claimed += len(res.items)
         self.stats.claim_batches.append(len(res.items))
         metrics.CLAIM_BATCH.observe(len(res.items))
-        endpoints = await self.store.get_endpoints(c.endpoint_id for c in res.items)
+        try:
+            endpoints = await self.store.get_endpoints(c.endpoint_id for c in res.items)
+        except Exception as exc:  # Redis went away after the claim: the leases bring them back
+            log.warning("claim.endpoints_failed", shard=sk.shard, error=str(exc))
+            self._next_due[sk.shard] = int(time.time() * 1000) + 500
+            return 0
         groups: dict[str, list[Claimed]] = {}
         held: dict[str, list[Claimed]] = {}
         for c in res.items:
@@ -325,12 +347,21 @@ class Worker:
     async def _admit(self, sk: ShardKeys, endpoint: dict[str, Any], cs: list[Claimed]) -> None:
         """Ask the endpoint's shared breaker/limits which sends may go; defer the rest."""
         spread = int(self._avg_ms.get(endpoint["id"], 100.0))
-        try:
-            _, waits = await self.health.admit(endpoint, [c.token for c in cs], spread)
-        except Exception as exc:  # Redis trouble: fail open rather than strand the claims
-            log.warning("admit.failed", endpoint_id=endpoint["id"], error=str(exc))
-            waits = [0] * len(cs)
-        for c, wait in zip(cs, waits, strict=True):
+        # No head-of-line blocking: past its window here, an endpoint's sends are deferred
+        e = endpoint["id"]
+        open_now = sum(1 for f in self._inflight.values() if f.claim.endpoint_id == e)
+        room = self._windows.room(e, open_now)
+        cs, over = cs[:room], cs[room:]
+        now = time.time() * 1000
+        waits = [self._windows.wait_ms(e, self._avg_ms.get(e), now) for _ in over]
+        if cs:
+            try:
+                _, shared = await self.health.admit(endpoint, [c.token for c in cs], spread)
+            except Exception as exc:  # Redis trouble: fail open rather than strand the claims
+                log.warning("admit.failed", endpoint_id=endpoint["id"], error=str(exc))
+                shared = [0] * len(cs)
+            waits = shared + waits
+        for c, wait in zip(cs + over, waits, strict=True):
             if wait == 0:
                 self._spawn(sk, c, endpoint)
             else:  # not sent, so not charged: back to due after the wait
@@ -345,6 +376,11 @@ class Worker:
         try:
             n = await self.health.hold(sk, endpoint_id, [(c.id, c.token) for c in cs])
             self.stats.held += n
+            # Re-enabled (or deleted) since we read it? Its resume may have run before our
+            # hold: resume again, or these stay parked (the API writes before it resumes).
+            current = await self.store.get_endpoint(endpoint_id)
+            if n and (current is None or current.get("enabled", True)):
+                await self.health.resume(endpoint_id)
         except Exception as exc:  # the leases run out and they come back
             log.warning("hold.failed", endpoint_id=endpoint_id, error=str(exc))
 
@@ -356,7 +392,7 @@ class Worker:
             delivery_id=c.id, event_id=c.event_id, endpoint_id=c.endpoint_id, attempt=c.attempts
         )
         slow_timer = asyncio.get_running_loop().call_later(
-            self.settings.slow_send_after, self._mark_slow, f
+            self._windows.slow_after(self._avg_ms.get(c.endpoint_id)), self._mark_slow, f
         )
         try:
             outcome, verdict = await self._attempt(c, endpoint)
@@ -393,7 +429,9 @@ class Worker:
             self._slot_free.set()
 
     def _after_settle(self, endpoint: dict[str, Any], s: Settled) -> None:
-        """Disable an endpoint that has failed without one success for disable_after."""
+        """Widen the endpoint's window on success; disable it after disable_after failing."""
+        if s.failures == 0:  # it answers: its window here grows
+            self._windows.succeeded(endpoint["id"])
         if not s.failing_since or endpoint["id"] in self._disabling:
             return
         if time.time() * 1000 - s.failing_since >= self.settings.disable_after * 1000:
@@ -531,8 +569,10 @@ class Worker:
     async def _listen(self) -> None:
         """Wake the claim loop when a publish (or retry) makes work due sooner."""
         channels = [sk.wake for sk in self._shards]
+        attempt = 0
         while True:
-            pubsub = self.store.redis.pubsub()
+            pubsub = self.store.wake_pubsub(attempt)
+            attempt += 1
             try:
                 await pubsub.subscribe(*channels)
                 async for msg in pubsub.listen():
