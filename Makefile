@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test lint setup crash bench clean
+.PHONY: run test lint setup crash bench screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,6 +23,9 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/pytest -q
+
+screenshots: $(STAMP)
+	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/test_browser.py
 
 crash: $(STAMP)
 	$(BIN)/python scripts/crash.py

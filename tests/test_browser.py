@@ -11,6 +11,8 @@ The other tests here check the dashboard's own JSON reads without a browser.
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,7 +37,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+# `make screenshots` sets RELAY_SCREENSHOTS=docs/screenshots to refresh the README's
+# pictures; otherwise they go to a temp folder so a test run leaves the tree clean.
+SHOTS = Path(os.environ.get("RELAY_SCREENSHOTS") or tempfile.mkdtemp(prefix="relay-shots-"))
 XSS = "<script>window.__xss=1</script>"
 XSS_IMG = '<img src=x onerror="window.__xss=2">'
 UI_TIMEOUT_MS = 15_000
