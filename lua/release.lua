@@ -1,18 +1,30 @@
 -- release.lua: hand claims back without charging an attempt (graceful shutdown).
 --
--- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3..] delivery hashes
--- ARGV[1] wake channel   ARGV[2..] claim tokens (same order)   then delivery ids
+-- The sends were interrupted by the worker's shutdown: each may or may not have reached
+-- the receiver, so each gets an attempt-log entry ("handed_back") like any request made.
+--
+-- KEYS[1] due (zset)   KEYS[2] processing (zset)
+-- KEYS[3..] per item, two keys: delivery hash, attempt log (list)
+-- KEYS[last] slot guard (relay/scripts.py)
+-- ARGV[1] wake channel   ARGV[2] worker id
+-- ARGV[3..] per item, two values: claim token, delivery id
 --
 -- Returns one integer per item: 1 handed back, 0 the claim was no longer ours.
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local n = #KEYS - 3  -- the last key is the slot guard (relay/scripts.py)
+local n = (#KEYS - 3) / 2
 local res = {}
 local any = false
 for i = 1, n do
-  local dkey = KEYS[2 + i]
-  local id = ARGV[1 + n + i]
-  if redis.call("HGET", dkey, "claim") == ARGV[1 + i] then
+  local dkey = KEYS[1 + 2 * i]
+  local lkey = KEYS[2 + 2 * i]
+  local token, id = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
+  if redis.call("HGET", dkey, "claim") == token then
+    local attempt = redis.call("HGET", dkey, "attempts")
+    local num = redis.call("HINCRBY", dkey, "log_n", 1)
+    redis.call("RPUSH", lkey, cjson.encode({n = num, attempt = tonumber(attempt), at = now,
+      error = "shutdown", outcome = "handed_back", worker = ARGV[2],
+      detail = "send interrupted by worker shutdown; handed back without charging an attempt"}))
     redis.call("HINCRBY", dkey, "attempts", -1)
     redis.call("HDEL", dkey, "claim", "lease_until")
     redis.call("HSET", dkey, "status", "pending", "next_attempt_at", now, "updated_at", now)

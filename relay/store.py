@@ -260,8 +260,12 @@ class Store:
         return [int(x) for x in await self.scripts.extend(keys=keys, args=args)]
 
     async def release(self, sk: ShardKeys, claims: Sequence[tuple[str, str]]) -> list[int]:
-        keys = [sk.due, sk.processing] + [sk.delivery(i) for i, _ in claims]
-        args = [sk.wake, *(t for _, t in claims), *(i for i, _ in claims)]
+        """Hand back interrupted sends, uncharged; each is logged as ``handed_back``."""
+        keys = [sk.due, sk.processing]
+        args: list[Any] = [sk.wake, self.settings.worker_id]
+        for delivery_id, token in claims:
+            keys += [sk.delivery(delivery_id), sk.log(delivery_id)]
+            args += [token, delivery_id]
         return [int(x) for x in await self.scripts.release(keys=keys, args=args)]
 
     async def reclaim(self, sk: ShardKeys, limit: int = 500) -> tuple[int, int, list[str]]:

@@ -27,10 +27,9 @@ from typing import Any
 import aiohttp
 import orjson
 import structlog
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 
 from relay import metrics, retry, sender
+from relay.groupcommit import GroupCommit, log_failure
 from relay.health import Health, Settled, Windows
 from relay.keys import ShardKeys
 from relay.retention import Retention
@@ -60,94 +59,6 @@ class Stats:
     held: int = 0
     lease_extensions: int = 0
     claim_batches: list[int] = field(default_factory=list)
-
-
-class GroupCommit:
-    """Group commit: whatever was submitted while the last write ran goes in the next one.
-
-    ``write(key, items)`` returns one result per item; every key is written separately
-    (a key is a shard or an endpoint: one hash slot, one script call).
-    """
-
-    def __init__(
-        self,
-        write: Callable[[Any, list[Any]], Awaitable[list[Any]]],
-        name: str,
-        max_batch: int = 256,
-    ) -> None:
-        self._write = write
-        self._name = name
-        self._max = max_batch
-        self._pending: dict[Any, list[tuple[Any, asyncio.Future[Any]]]] = {}
-        self._kick = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=self._name)
-
-    def submit(self, key: Any, item: Any) -> asyncio.Future[Any]:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.setdefault(key, []).append((item, fut))
-        self._idle.clear()
-        self._kick.set()
-        return fut
-
-    async def drain(self) -> None:
-        """Wait until everything submitted so far is written."""
-        while self._pending or not self._idle.is_set():
-            self._kick.set()
-            await self._idle.wait()
-
-    async def stop(self) -> None:
-        await self.drain()
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        while True:
-            await self._kick.wait()
-            self._kick.clear()
-            while self._pending:
-                key, items = next(iter(self._pending.items()))
-                batch, rest = items[: self._max], items[self._max :]
-                if rest:
-                    self._pending[key] = rest
-                else:
-                    del self._pending[key]
-                try:
-                    res = await _with_retries(self._write, key, [i for i, _ in batch])
-                    for (_, fut), r in zip(batch, res, strict=True):
-                        if not fut.done():
-                            fut.set_result(r)
-                except Exception as exc:
-                    for _, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
-            if not self._pending:
-                self._idle.set()
-
-
-async def _with_retries(write: Callable[..., Awaitable[Any]], key: Any, items: list[Any]) -> Any:
-    """Ride through a Redis blip (failover, restart, loading) rather than drop a result.
-
-    If Redis never comes back, the lease runs out and the delivery is sent again.
-    """
-    delay = 0.05
-    for _ in range(40):
-        try:
-            return await write(key, items)
-        except (ConnectionError, OSError, TimeoutError, RedisConnectionError) as exc:
-            log.warning("write.retry", error=str(exc))
-        except ResponseError as exc:
-            if "LOADING" not in str(exc):
-                raise
-            log.warning("write.retry", error=str(exc))
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 1.0)
-    return await write(key, items)
 
 
 @dataclass
@@ -369,7 +280,7 @@ class Worker:
                 fut = self._recorder.submit(
                     sk, Outcome(c.id, c.token, "defer", wait, None, "", b"{}")
                 )
-                fut.add_done_callback(_log_failure)
+                fut.add_done_callback(log_failure)
 
     async def _hold(self, sk: ShardKeys, endpoint_id: str, cs: list[Claimed]) -> None:
         """Park deliveries of a disabled endpoint until it is enabled again."""
@@ -611,11 +522,6 @@ class Worker:
                     log.warning("worker.hand_back_failed", error=str(exc), count=len(claims))
         await self._recorder.stop()
         await self._settler.stop()
-
-
-def _log_failure(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.warning("write.failed", error=str(fut.exception()))
 
 
 async def _wait_any(stop: asyncio.Event, other: asyncio.Event, within: float | None = None) -> None:

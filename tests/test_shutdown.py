@@ -150,6 +150,8 @@ async def test_sigterm_drains_within_grace_and_hands_back_the_rest(
         assert row["status"] == "pending"
         assert row["attempts"] == 0  # back to what it was before the claim
         assert row.get("claim") is None
+        # its request was made (the receiver holds it open): the log says so
+        assert [e["outcome"] for e in row["attempt_log"]] == ["handed_back"]
         assert await store.redis.zscore(sk.due, did) is not None
     for did in extra:
         row = await store.get_delivery(did)

@@ -353,8 +353,10 @@ async def test_reclaim_returns_expired_to_due_then_dead_when_spent(st: Store) ->
             assert not await zmembers(st, sk.due)
         assert not await zmembers(st, sk.processing)
     entries = await log(st, d)
-    assert [e["n"] for e in entries] == list(range(1, max_attempts + 1))
-    assert {e["error"] for e in entries} == {"lease_expired"}
+    # the first entry is the hand-back of the setup claim; then one per expired lease
+    assert [e["n"] for e in entries] == list(range(1, max_attempts + 2))
+    assert entries[0]["outcome"] == "handed_back"
+    assert {e["error"] for e in entries[1:]} == {"lease_expired"}
     assert await st.redis.hget(sk.stats, "reclaimed") == str(max_attempts)
     assert (await st.stats())["reclaimed_total"] == max_attempts
 
@@ -415,7 +417,13 @@ async def test_release_refunds_attempt(st: Store) -> None:
     rec = await h(st, c.id)
     assert rec["status"] == "pending" and rec["attempts"] == "0" and "claim" not in rec
     assert c.id in await zmembers(st, sk.due) and not await zmembers(st, sk.processing)
+    # the interrupted send may have reached the receiver: it is in the attempt log
+    logged = (await st.get_delivery(c.id))["attempt_log"]
+    assert [(e["n"], e["attempt"], e["outcome"], e["error"]) for e in logged] == [
+        (1, 1, "handed_back", "shutdown")
+    ]
     assert await st.release(sk, [(c.id, c.token)]) == [0]
+    assert len((await st.get_delivery(c.id))["attempt_log"]) == 1
     assert (await claim(st)).items[0].attempts == 1
 
 
