@@ -7,7 +7,7 @@ Key names come from :mod:`relay.keys`.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,12 +152,39 @@ class Store:
 
     # ------------------------------------------------------------------ endpoints
 
-    async def put_endpoint(self, endpoint: dict[str, Any], old_app: str | None = None) -> None:
-        app = endpoint["app"]
+    async def put_endpoint(self, endpoint: dict[str, Any]) -> None:
+        """Create (or overwrite) an endpoint; changes go through :meth:`update_endpoint`."""
+        app = self.keys.app(endpoint["app"])
         await self.scripts.endpoint_put(
-            keys=[self.keys.endpoints, self.keys.app(app), self.keys.app(old_app or app)],
-            args=[endpoint["id"], orjson.dumps(endpoint)],
+            keys=[self.keys.endpoints, app, app], args=[endpoint["id"], orjson.dumps(endpoint)]
         )
+
+    async def delete_endpoint_state(self, endpoint_id: str) -> None:
+        """Drop an endpoint's breaker, rate and in-flight keys (one slot: its own tag)."""
+        ek = self.keys.endpoint_state(endpoint_id)
+        await self.redis.delete(ek.breaker, ek.rate, ek.inflight)
+
+    async def update_endpoint(
+        self, endpoint_id: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Read, ``change``, compare-and-set; retried when another writer got in between.
+
+        ``change`` gets a copy and returns the new endpoint (or None to write nothing).
+        Returns ``(before, after)``, or None when the endpoint does not exist.
+        """
+        for _ in range(20):
+            raw = await self.redis.hget(self.keys.endpoints, endpoint_id)
+            if raw is None:
+                return None
+            before = orjson.loads(raw)
+            after = change(orjson.loads(raw))
+            if after is None:
+                return before, before
+            keys = [self.keys.endpoints, self.keys.app(after["app"]), self.keys.app(before["app"])]
+            args = [endpoint_id, orjson.dumps(after), raw]
+            if int(await self.scripts.endpoint_put(keys=keys, args=args)):
+                return before, after
+        raise RuntimeError(f"endpoint {endpoint_id} kept changing; gave up after 20 tries")
 
     async def get_endpoint(self, endpoint_id: str) -> dict[str, Any] | None:
         raw = await self.redis.hget(self.keys.endpoints, endpoint_id)

@@ -351,16 +351,19 @@ class Worker:
             task.add_done_callback(lambda _: self._disabling.discard(endpoint["id"]))
 
     async def _disable(self, endpoint_id: str, failing_since: int) -> None:
-        current = await self.store.get_endpoint(endpoint_id)
-        if current is None or not current.get("enabled", True):
-            return
-        current.update(
-            enabled=False,
-            disabled_reason=f"auto-disabled: no success since {failing_since} (ms)",
-            updated_at=int(time.time() * 1000),
-        )
-        await self.store.put_endpoint(current)
-        log.warning("endpoint.disabled", endpoint_id=endpoint_id, failing_since=failing_since)
+        def disabled(endpoint: dict[str, Any]) -> dict[str, Any] | None:
+            if not endpoint.get("enabled", True):
+                return None  # already disabled (by an operator or another worker)
+            endpoint.update(
+                enabled=False,
+                disabled_reason=f"auto-disabled: no success since {failing_since} (ms)",
+                updated_at=int(time.time() * 1000),
+            )
+            return endpoint
+
+        done = await self.store.update_endpoint(endpoint_id, disabled)
+        if done is not None and done[0] is not done[1]:
+            log.warning("endpoint.disabled", endpoint_id=endpoint_id, failing_since=failing_since)
 
     async def _attempt(
         self, c: Claimed, endpoint: dict[str, Any] | None

@@ -106,15 +106,21 @@ async def read_secret(request: web.Request) -> web.Response:
     responses={200: EndpointOut, 404: ErrorOut, 422: ErrorOut},
 )
 async def patch(request: web.Request) -> web.Response:
-    endpoint = await load(request)
+    await load(request)
     data, _ = await body(request, EndpointPatch)
-    old_app, was_enabled = endpoint["app"], endpoint.get("enabled", True)
-    endpoint.update(data.model_dump(exclude_unset=True))
-    endpoint["updated_at"] = int(time.time() * 1000)
-    if endpoint["enabled"]:
-        endpoint.pop("disabled_reason", None)
-    await request.app[STORE].put_endpoint(endpoint, old_app=old_app)
-    if endpoint["enabled"] and not was_enabled:  # held deliveries resume
+    changes = data.model_dump(exclude_unset=True)
+
+    def apply(endpoint: dict[str, Any]) -> dict[str, Any]:
+        endpoint.update(changes, updated_at=int(time.time() * 1000))
+        if endpoint["enabled"]:
+            endpoint.pop("disabled_reason", None)
+        return endpoint
+
+    done = await request.app[STORE].update_endpoint(request.match_info["id"], apply)
+    if done is None:
+        raise ApiError(404, "not_found", f"endpoint {request.match_info['id']} does not exist")
+    before, endpoint = done
+    if endpoint["enabled"] and not before.get("enabled", True):  # held deliveries resume
         health = Health(request.app[STORE])
         await health.reset_failing(endpoint["id"])
         await health.resume(endpoint["id"])
@@ -132,6 +138,7 @@ async def delete(request: web.Request) -> web.Response:
     await request.app[STORE].delete_endpoint(endpoint)
     # Held deliveries come back and, their endpoint gone, are recorded dead.
     await Health(request.app[STORE]).resume(endpoint["id"])
+    await request.app[STORE].delete_endpoint_state(endpoint["id"])
     return web.Response(status=204)
 
 
@@ -142,10 +149,14 @@ async def delete(request: web.Request) -> web.Response:
     responses={200: SecretOut, 404: ErrorOut},
 )
 async def rotate(request: web.Request) -> web.Response:
-    endpoint = await load(request)
-    now = int(time.time() * 1000)
-    previous = [p for p in endpoint.get("previous_secrets", []) if p["expires_at"] > now]
-    previous.append({"secret": endpoint["secret"], "expires_at": now + ROTATION_GRACE_MS})
-    endpoint.update(secret=signing.generate_secret(), previous_secrets=previous, updated_at=now)
-    await request.app[STORE].put_endpoint(endpoint)
-    return json({"secret": endpoint["secret"]})
+    def rotated(endpoint: dict[str, Any]) -> dict[str, Any]:
+        now = int(time.time() * 1000)
+        previous = [p for p in endpoint.get("previous_secrets", []) if p["expires_at"] > now]
+        previous.append({"secret": endpoint["secret"], "expires_at": now + ROTATION_GRACE_MS})
+        endpoint.update(secret=signing.generate_secret(), previous_secrets=previous, updated_at=now)
+        return endpoint
+
+    done = await request.app[STORE].update_endpoint(request.match_info["id"], rotated)
+    if done is None:
+        raise ApiError(404, "not_found", f"endpoint {request.match_info['id']} does not exist")
+    return json({"secret": done[1]["secret"]})
