@@ -7,12 +7,14 @@
 -- KEYS[1] endpoints (hash id -> JSON)   KEYS[2] new app's set   KEYS[3] old app's set
 -- KEYS[4] slot guard (relay/scripts.py)
 -- ARGV[1] endpoint id   ARGV[2] endpoint JSON
--- ARGV[3] (optional) the JSON it must still hold, else nothing is written
+-- ARGV[3] change channel: API replicas that cache endpoints drop their cache on it
+-- ARGV[4] (optional) the JSON it must still hold, else nothing is written
 -- Returns 1 when written, 0 when the expected value no longer matched.
-if ARGV[3] and redis.call("HGET", KEYS[1], ARGV[1]) ~= ARGV[3] then
+if ARGV[4] and redis.call("HGET", KEYS[1], ARGV[1]) ~= ARGV[4] then
   return 0
 end
 redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
 if KEYS[3] ~= KEYS[2] then redis.call("SREM", KEYS[3], ARGV[1]) end
 redis.call("SADD", KEYS[2], ARGV[1])
+redis.call("PUBLISH", ARGV[3], ARGV[1])
 return 1

@@ -28,6 +28,7 @@ key                                        type    holds
 ``relay:v1:{ep_X}:rate``                   string  rate limit: GCRA theoretical arrival time (ms)
 ``relay:v1:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
 ``relay:v1:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
+``relay:v1:{cfg}:changed``                 pubsub  an endpoint was written (drop caches)
 ``relay:v1:{cfg}:app:<app>``               set     endpoint ids of one app
 =========================================  ======  =============================================
 """
@@ -122,6 +123,11 @@ class Keys:
     @property
     def endpoints(self) -> str:
         return f"{self.prefix}:v1:{{cfg}}:endpoints"
+
+    @property
+    def endpoints_changed(self) -> str:
+        """Pub/sub channel: an endpoint was written (API replicas drop their cache)."""
+        return f"{self.prefix}:v1:{{cfg}}:changed"
 
     def app(self, app: str) -> str:
         return f"{self.prefix}:v1:{{cfg}}:app:{app}"

@@ -125,6 +125,9 @@ class Store:
         self.settings = settings
         self.keys = Keys(settings.key_prefix, settings.shards)
         self.scripts = Scripts(client)
+        # bumped by every endpoint write made through this Store, so a cache in the same
+        # process never serves what was there before its own write
+        self.endpoint_epoch = 0
 
     async def start(self) -> None:
         await self.scripts.load()
@@ -155,9 +158,14 @@ class Store:
     async def put_endpoint(self, endpoint: dict[str, Any]) -> None:
         """Create (or overwrite) an endpoint; changes go through :meth:`update_endpoint`."""
         app = self.keys.app(endpoint["app"])
-        await self.scripts.endpoint_put(
-            keys=[self.keys.endpoints, app, app], args=[endpoint["id"], orjson.dumps(endpoint)]
-        )
+        self.endpoint_epoch += 1
+        try:
+            await self.scripts.endpoint_put(
+                keys=[self.keys.endpoints, app, app],
+                args=[endpoint["id"], orjson.dumps(endpoint), self.keys.endpoints_changed],
+            )
+        finally:  # a cache fill that overlapped the write must not be kept either
+            self.endpoint_epoch += 1
 
     async def delete_endpoint_state(self, endpoint_id: str) -> None:
         """Drop an endpoint's breaker, rate and in-flight keys (one slot: its own tag)."""
@@ -181,8 +189,13 @@ class Store:
             if after is None:
                 return before, before
             keys = [self.keys.endpoints, self.keys.app(after["app"]), self.keys.app(before["app"])]
-            args = [endpoint_id, orjson.dumps(after), raw]
-            if int(await self.scripts.endpoint_put(keys=keys, args=args)):
+            args = [endpoint_id, orjson.dumps(after), self.keys.endpoints_changed, raw]
+            self.endpoint_epoch += 1
+            try:
+                written = int(await self.scripts.endpoint_put(keys=keys, args=args))
+            finally:
+                self.endpoint_epoch += 1
+            if written:
                 return before, after
         raise RuntimeError(f"endpoint {endpoint_id} kept changing; gave up after 20 tries")
 
@@ -207,9 +220,14 @@ class Store:
         return sorted((orjson.loads(v) for v in raw), key=lambda e: e["id"])
 
     async def delete_endpoint(self, endpoint: dict[str, Any]) -> bool:
-        done = await self.scripts.endpoint_delete(
-            keys=[self.keys.endpoints, self.keys.app(endpoint["app"])], args=[endpoint["id"]]
-        )
+        self.endpoint_epoch += 1
+        try:
+            done = await self.scripts.endpoint_delete(
+                keys=[self.keys.endpoints, self.keys.app(endpoint["app"])],
+                args=[endpoint["id"], self.keys.endpoints_changed],
+            )
+        finally:
+            self.endpoint_epoch += 1
         return bool(done)
 
     # ------------------------------------------------------------------ publish

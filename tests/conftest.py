@@ -333,6 +333,7 @@ class Api:
     url: str
     session: Any
     store: Store
+    app: Any = None  # the aiohttp application, for tests that look inside it
 
     def __call__(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.session.request(method, self.url + path, **kwargs)
@@ -353,7 +354,7 @@ async def make_api() -> AsyncIterator[Callable[[Store], Any]]:
         await web.TCPSite(runner, "127.0.0.1", port).start()
         session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"})
         cleanups.append((runner, session))
-        return Api(f"http://127.0.0.1:{port}", session, store)
+        return Api(f"http://127.0.0.1:{port}", session, store, runner.app)
 
     yield factory  # type: ignore[misc]
     for runner, session in cleanups:

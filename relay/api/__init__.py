@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from relay.api import deliveries, endpoints, events, ops, ui  # noqa: F401  (routes register)
-from relay.api.common import ROUTES, SETTINGS, STORE, errors_and_auth
+from relay.api.cache import EndpointCache
+from relay.api.common import ENDPOINT_CACHE, ROUTES, SETTINGS, STORE, errors_and_auth
 from relay.settings import Settings
 from relay.store import Store, connect
 
@@ -26,7 +29,12 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
         own = store is None
         app[STORE] = store or Store(connect(settings), settings)
         await app[STORE].start()
+        app[ENDPOINT_CACHE] = EndpointCache(app[STORE])
+        listener = asyncio.create_task(app[ENDPOINT_CACHE].run(), name="relay-endpoint-cache")
         yield
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
         if own:
             await app[STORE].close()
 

@@ -19,6 +19,7 @@ from redis.exceptions import BusyLoadingError, ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from relay.api.cache import EndpointCache
 from relay.settings import Settings
 from relay.store import Store
 
@@ -34,6 +35,7 @@ REDIS_UNAVAILABLE = (
 )
 
 STORE = web.AppKey("store", Store)
+ENDPOINT_CACHE = web.AppKey("endpoint_cache", EndpointCache)
 SETTINGS = web.AppKey("settings", Settings)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

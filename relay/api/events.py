@@ -11,7 +11,7 @@ import orjson
 from aiohttp import web
 
 from relay import ids, matching, signing
-from relay.api.common import SETTINGS, STORE, ApiError, body, json, route
+from relay.api.common import ENDPOINT_CACHE, SETTINGS, STORE, ApiError, body, json, route
 from relay.models import ErrorOut, EventDetail, EventIn, EventOut
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -46,7 +46,7 @@ async def publish(request: web.Request) -> web.Response:
             f"payload is {len(payload_json)} bytes; the limit is {settings.max_payload_bytes}",
         )
 
-    endpoints = await store.list_endpoints(event.app)
+    endpoints = await request.app[ENDPOINT_CACHE].endpoints_for_app(event.app)
     if event.endpoint_ids is not None:
         known = {e["id"] for e in endpoints}
         unknown = [i for i in event.endpoint_ids if i not in known]

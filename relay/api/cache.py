@@ -1,0 +1,81 @@
+"""The API's cache of each app's endpoints, so a publish costs one Redis call, not two.
+
+Correctness first: the cache is used only while this process is subscribed to the
+endpoint change channel (``relay:v1:{cfg}:changed``), which ``endpoint_put.lua`` and
+``endpoint_delete.lua`` publish on after every write; any message drops the whole cache,
+and so does losing the subscription. Writes made through this process's own Store bump
+``Store.endpoint_epoch`` around the script call, so an entry filled before or during
+one of its own writes is never served after it. Another replica's write reaches this
+cache as fast as Redis delivers the pub/sub message (well under a millisecond on a LAN);
+entries older than ``MAX_AGE`` are refetched regardless, as a backstop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import structlog
+
+from relay.store import Store
+
+log = structlog.get_logger("relay.api")
+
+MAX_AGE = 30.0
+MAX_APPS = 10_000
+
+
+class EndpointCache:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._by_app: dict[str, tuple[int, float, list[dict[str, Any]]]] = {}
+        self._subscribed = False
+        self._generation = 0  # bumped on every invalidation
+        self.hits = 0
+        self.misses = 0
+
+    def invalidate(self) -> None:
+        self._generation += 1
+        self._by_app.clear()
+
+    async def endpoints_for_app(self, app: str) -> list[dict[str, Any]]:
+        """The app's endpoints (a shared list: callers must not change it)."""
+        epoch, now = self.store.endpoint_epoch, time.monotonic()
+        hit = self._by_app.get(app)
+        if self._subscribed and hit and hit[0] == epoch and now - hit[1] < MAX_AGE:
+            self.hits += 1
+            return hit[2]
+        self.misses += 1
+        generation = self._generation
+        endpoints = await self.store.list_endpoints(app)
+        unchanged = generation == self._generation and epoch == self.store.endpoint_epoch
+        if self._subscribed and unchanged:
+            if len(self._by_app) >= MAX_APPS:
+                self._by_app.clear()
+            self._by_app[app] = (epoch, now, endpoints)
+        return endpoints
+
+    async def run(self) -> None:
+        """Keep the subscription; every change message (or a lost connection) invalidates."""
+        attempt = 0
+        while True:
+            pubsub = self.store.wake_pubsub(attempt)
+            attempt += 1
+            try:
+                await pubsub.subscribe(self.store.keys.endpoints_changed)
+                async for msg in pubsub.listen():
+                    self.invalidate()
+                    if msg.get("type") == "subscribe":
+                        self._subscribed = True
+            except asyncio.CancelledError:
+                self._subscribed = False
+                await pubsub.aclose()
+                raise
+            except Exception as exc:
+                log.warning("endpoint_cache.reconnect", error=str(exc))
+                await pubsub.aclose()
+                await asyncio.sleep(0.5)
+            finally:
+                self._subscribed = False
+                self.invalidate()
