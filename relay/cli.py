@@ -201,7 +201,13 @@ def dev(host: str | None, port: int | None, data_dir: Path) -> None:
 
 
 @main.command(short_help="A local demo receiver that prints every webhook.")
-@click.option("--port", type=int, default=9000, show_default=True, help="Port on 127.0.0.1.")
+@click.option("--port", type=int, default=9000, show_default=True, help="Port to listen on.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (0.0.0.0 inside a container so workers can reach it).",
+)
 @click.option(
     "--status",
     type=int,
@@ -210,11 +216,11 @@ def dev(host: str | None, port: int | None, data_dir: Path) -> None:
     help="Status code to answer with (e.g. 500 to see retries, 410 to see dead).",
 )
 @click.option("--secret", help="Verify signatures with this whsec_ secret.")
-def receiver(port: int, status: int, secret: str | None) -> None:
-    """A local demo receiver on 127.0.0.1 that prints every webhook it gets."""
+def receiver(port: int, host: str, status: int, secret: str | None) -> None:
+    """A demo receiver (on 127.0.0.1 by default) that prints every webhook it gets."""
     from relay.demo import run_receiver
 
-    run_receiver(port=port, status=status, secret=secret)
+    run_receiver(host=host, port=port, status=status, secret=secret)
 
 
 # ---------------------------------------------------------------------- operator commands

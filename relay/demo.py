@@ -10,7 +10,7 @@ from aiohttp import web
 from relay import signing
 
 
-def run_receiver(*, port: int, status: int, secret: str | None) -> None:
+def run_receiver(*, port: int, status: int, secret: str | None, host: str = "127.0.0.1") -> None:
     key = signing.secret_bytes(secret) if secret else None
 
     async def handle(request: web.Request) -> web.Response:
@@ -32,5 +32,5 @@ def run_receiver(*, port: int, status: int, secret: str | None) -> None:
 
     app = web.Application()
     app.router.add_route("POST", "/{tail:.*}", handle)
-    click.echo(f"demo receiver on http://127.0.0.1:{port}/ answering {status}")
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    click.echo(f"demo receiver on http://{host}:{port}/ answering {status}")
+    web.run_app(app, host=host, port=port, print=None, access_log=None)
