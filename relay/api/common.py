@@ -15,7 +15,7 @@ import orjson
 import structlog
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
-from redis.exceptions import BusyLoadingError, ClusterDownError, TryAgainError
+from redis.exceptions import BusyLoadingError, ClusterDownError, OutOfMemoryError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -29,6 +29,7 @@ REDIS_UNAVAILABLE = (
     RedisTimeoutError,
     BusyLoadingError,
     ClusterDownError,
+    OutOfMemoryError,  # maxmemory reached under noeviction: refuse, never drop
     TryAgainError,
     ConnectionError,
     TimeoutError,
