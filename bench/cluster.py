@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from relay import ids, signing  # noqa: E402
 from relay.keys import Keys  # noqa: E402
+from relay.models import endpoint_record  # noqa: E402
 from relay.redisproc import RedisCluster, free_port  # noqa: E402
 from relay.settings import Settings  # noqa: E402
 from relay.store import Store, connect  # noqa: E402
@@ -214,22 +215,7 @@ async def run_one(
     )
     store = Store(connect(settings), settings)
     await store.start()
-    now = int(time.time() * 1000)
-    endpoint = {
-        "id": ids.new_id("ep"),
-        "app": "default",
-        "url": receiver + "/hook",
-        "event_types": ["*"],
-        "description": "",
-        "headers": {},
-        "secret": signing.generate_secret(),
-        "previous_secrets": [],
-        "rate_limit": None,
-        "max_in_flight": None,
-        "enabled": True,
-        "created_at": now,
-        "updated_at": now,
-    }
+    endpoint = endpoint_record(url=receiver + "/hook")
     await store.put_endpoint(endpoint)
     ingest_s = await publish_backlog(store, args.n, endpoint["id"])
     async with aiohttp.ClientSession() as s, s.post(receiver + "/reset") as r:

@@ -6,12 +6,13 @@ Validation lives here and only here: handlers never check fields by hand.
 from __future__ import annotations
 
 import re
+import time
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
-from relay import matching, signing
+from relay import ids, matching, signing
 
 APP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 TYPE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-/]{0,255}$"
@@ -99,6 +100,21 @@ class EndpointIn(Strict):
 
 
 _NOT_NULLABLE = frozenset({"url", "app", "event_types", "description", "headers", "enabled"})
+
+
+def endpoint_record(**fields: Any) -> dict[str, Any]:
+    """A new endpoint as it is stored: validated fields (``EndpointIn``), a fresh ``ep_``
+    id, its secret (made when none is given) and timestamps."""
+    now = int(time.time() * 1000)
+    record = EndpointIn.model_validate(fields).model_dump()
+    record.update(
+        id=ids.new_id("ep"),
+        secret=record["secret"] or signing.generate_secret(),
+        previous_secrets=[],
+        created_at=now,
+        updated_at=now,
+    )
+    return record
 
 
 class EndpointPatch(Strict):

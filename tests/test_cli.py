@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 
 from relay import ids, signing
 from relay.cli import main
+from relay.models import endpoint_record
 from relay.redisproc import free_port
 from relay.store import Outcome, Store
 
@@ -54,26 +55,11 @@ def iso(ms: int) -> str:
 
 
 async def add_endpoint(store: Store, app: str = "default") -> str:
-    now = int(time.time() * 1000)
-    endpoint_id = ids.new_id("ep")
-    await store.put_endpoint(
-        {
-            "id": endpoint_id,
-            "app": app,
-            "url": "http://127.0.0.1:9/hook",
-            "event_types": ["order.*"],
-            "description": "",
-            "headers": {},
-            "secret": signing.generate_secret(),
-            "previous_secrets": [],
-            "rate_limit": 5.0,
-            "max_in_flight": None,
-            "enabled": True,
-            "created_at": now,
-            "updated_at": now,
-        }
+    ep = endpoint_record(
+        url="http://127.0.0.1:9/hook", app=app, event_types=["order.*"], rate_limit=5.0
     )
-    return endpoint_id
+    await store.put_endpoint(ep)
+    return str(ep["id"])
 
 
 async def publish(store: Store, endpoint_ids: list[str]) -> tuple[str, list[str]]:

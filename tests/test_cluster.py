@@ -25,6 +25,7 @@ from aiohttp import web
 from conftest import ClusterHandle, Receiver, StoreFactory
 
 from relay import ids, signing
+from relay.models import endpoint_record
 from relay.scripts import guard_key
 from relay.store import Outcome, Store
 from relay.worker import Worker
@@ -55,19 +56,7 @@ async def seed(store: Store, shard: int, n: int, endpoint_id: str = "ep_none") -
 
 def endpoint(url: str) -> dict[str, Any]:
     """An endpoint record as the API stores it (for ``Store.put_endpoint``)."""
-    now = int(time.time() * 1000)
-    return {
-        "id": ids.new_id("ep"),
-        "app": "default",
-        "url": url,
-        "event_types": ["*"],
-        "headers": {},
-        "secret": signing.generate_secret(),
-        "previous_secrets": [],
-        "enabled": True,
-        "created_at": now,
-        "updated_at": now,
-    }
+    return endpoint_record(url=url)
 
 
 async def add_endpoint(api: Any, url: str) -> dict[str, Any]:

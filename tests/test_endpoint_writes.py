@@ -8,25 +8,12 @@ import orjson
 import redis
 
 from relay.health import Health
+from relay.models import endpoint_record
 from relay.store import Store
 
 
 async def _endpoint(store: Store) -> dict[str, Any]:
-    ep = {
-        "id": "ep_01M8NQFDBX004V7H70W1PKD32Z",
-        "app": "shop",
-        "url": "http://127.0.0.1:9/",
-        "event_types": ["*"],
-        "description": "",
-        "headers": {},
-        "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-        "previous_secrets": [],
-        "rate_limit": None,
-        "max_in_flight": None,
-        "enabled": True,
-        "created_at": 1,
-        "updated_at": 1,
-    }
+    ep = endpoint_record(url="http://127.0.0.1:9/", app="shop")
     await store.put_endpoint(ep)
     return ep
 

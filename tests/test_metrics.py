@@ -19,6 +19,7 @@ from conftest import make_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from relay import ids, metrics, signing
+from relay.models import endpoint_record
 from relay.redisproc import RedisServer, free_port
 from relay.store import Store, connect
 from relay.worker import Worker
@@ -64,26 +65,9 @@ async def scrape(url: str) -> tuple[set[str], Samples]:
 
 
 async def add_endpoint(store: Store, url: str) -> str:
-    now = int(time.time() * 1000)
-    endpoint_id = ids.new_id("ep")
-    await store.put_endpoint(
-        {
-            "id": endpoint_id,
-            "app": "default",
-            "url": url,
-            "event_types": ["*"],
-            "description": "",
-            "headers": {},
-            "secret": signing.generate_secret(),
-            "previous_secrets": [],
-            "rate_limit": None,
-            "max_in_flight": None,
-            "enabled": True,
-            "created_at": now,
-            "updated_at": now,
-        }
-    )
-    return endpoint_id
+    ep = endpoint_record(url=url)
+    await store.put_endpoint(ep)
+    return str(ep["id"])
 
 
 async def publish(store: Store, endpoint_id: str) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from relay import ids, signing
+from relay.models import endpoint_record
 from relay.scripts import Scripts
 from relay.store import Store
 from relay.worker import Worker
@@ -39,22 +40,7 @@ IN_PROCESS = 2
 
 
 async def add_endpoint(store: Store, url: str) -> dict[str, Any]:
-    now = int(time.time() * 1000)
-    ep = {
-        "id": ids.new_id("ep"),
-        "app": "default",
-        "url": url,
-        "event_types": ["*"],
-        "description": "",
-        "headers": {},
-        "secret": signing.generate_secret(),
-        "previous_secrets": [],
-        "rate_limit": None,
-        "max_in_flight": None,
-        "enabled": True,
-        "created_at": now,
-        "updated_at": now,
-    }
+    ep = endpoint_record(url=url, app="default")
     await store.put_endpoint(ep)
     return ep
 

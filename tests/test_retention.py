@@ -20,6 +20,7 @@ import structlog
 from conftest import make_settings
 
 from relay import ids, signing
+from relay.models import endpoint_record
 from relay.redisproc import RedisServer
 from relay.retention import NONE, Retention
 from relay.store import Outcome, Store, connect
@@ -44,22 +45,7 @@ async def st(request: pytest.FixtureRequest, redis_server: Any) -> AsyncIterator
 
 
 async def add_endpoint(store: Store, url: str = "http://127.0.0.1:9/") -> str:
-    now = int(time.time() * 1000)
-    ep = {
-        "id": ids.new_id("ep"),
-        "app": "default",
-        "url": url,
-        "event_types": ["*"],
-        "description": "",
-        "headers": {},
-        "secret": signing.generate_secret(),
-        "previous_secrets": [],
-        "rate_limit": None,
-        "max_in_flight": None,
-        "enabled": True,
-        "created_at": now,
-        "updated_at": now,
-    }
+    ep = endpoint_record(url=url, app="default")
     await store.put_endpoint(ep)
     return str(ep["id"])
 

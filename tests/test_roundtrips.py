@@ -24,6 +24,7 @@ import pytest
 from conftest import make_settings
 
 from relay import ids, signing
+from relay.models import endpoint_record
 from relay.redisproc import RedisServer
 from relay.store import Store, connect
 from relay.worker import Worker
@@ -135,22 +136,9 @@ async def test_round_trips_per_delivery(receiver: Any, tmp_path: Path) -> None:
         store = Store(connect(settings), settings)
         await store.start()
         try:
-            now = int(time.time() * 1000)
-            endpoint_id = ids.new_id("ep")
-            await store.put_endpoint(
-                {
-                    "id": endpoint_id,
-                    "app": "default",
-                    "url": receiver.url + "/rt",
-                    "event_types": ["*"],
-                    "headers": {},
-                    "secret": signing.generate_secret(),
-                    "previous_secrets": [],
-                    "enabled": True,
-                    "created_at": now,
-                    "updated_at": now,
-                }
-            )
+            endpoint = endpoint_record(url=receiver.url + "/rt")
+            endpoint_id = endpoint["id"]
+            await store.put_endpoint(endpoint)
             runs = []
             for live in (False, True):
                 runs.append(await measure(store, server.port, receiver, endpoint_id, live))

@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from relay import ids, signing
+from relay.models import endpoint_record
 from relay.store import Outcome, Store
 
 pytestmark = pytest.mark.realredis
@@ -41,23 +42,8 @@ async def keyset(store: Store) -> set[str]:
 
 
 async def add_endpoint(store: Store, app: str = "default", **extra: Any) -> dict[str, Any]:
-    now = int(time.time() * 1000)
-    ep = {
-        "id": ids.new_id("ep"),
-        "app": app,
-        "url": "http://127.0.0.1:9/x",
-        "event_types": ["*"],
-        "description": "",
-        "headers": {},
-        "secret": signing.generate_secret(),
-        "previous_secrets": [],
-        "rate_limit": None,
-        "max_in_flight": None,
-        "enabled": True,
-        "created_at": now,
-        "updated_at": now,
-        **extra,
-    }
+    ep = endpoint_record(url="http://127.0.0.1:9/x", app=app)
+    ep.update(extra)  # as given: a test may store what the API would refuse
     await store.put_endpoint(ep)
     return ep
 

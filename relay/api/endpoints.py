@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from relay import ids, signing
+from relay import signing
 from relay.api.common import STORE, ApiError, body, json, query, route
 from relay.health import Health
 from relay.models import (
@@ -18,6 +18,7 @@ from relay.models import (
     EndpointQuery,
     ErrorOut,
     SecretOut,
+    endpoint_record,
 )
 
 ROTATION_GRACE_MS = 24 * 3600 * 1000
@@ -46,15 +47,7 @@ async def load(request: web.Request) -> dict[str, Any]:
 )
 async def create(request: web.Request) -> web.Response:
     data, _ = await body(request, EndpointIn)
-    now = int(time.time() * 1000)
-    endpoint = data.model_dump()
-    endpoint.update(
-        id=ids.new_id("ep"),
-        secret=data.secret or signing.generate_secret(),
-        previous_secrets=[],
-        created_at=now,
-        updated_at=now,
-    )
+    endpoint = endpoint_record(**data.model_dump())
     await request.app[STORE].put_endpoint(endpoint)
     return json(public(endpoint, with_secret=True), status=201)
 
