@@ -116,7 +116,7 @@ def run_dev(settings: Settings, *, redis_url_given: bool, data_dir: Path) -> Non
     url = f"http://{settings.host}:{settings.port}"
     token = settings.api_tokens[0] if settings.api_tokens else "(auth disabled)"
     print(
-        f"\nrelay dev: API and dashboard on {url}   (Ctrl-C stops)\n"
+        f"\nrelay dev: API on {url}, dashboard on {url}/ui/   (Ctrl-C stops)\n"
         f"relay dev: API token: {token}\n"
         f"relay dev: try  curl -H 'Authorization: Bearer {token}' {url}/v1/stats\n",
         file=sys.stderr,

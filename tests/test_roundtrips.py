@@ -125,7 +125,7 @@ async def _deliver(store: Store, receiver: Any, endpoint_id: str, live: bool) ->
     await receiver.wait_for(received + EVENTS, within=60.0)
     stop.set()
     await task  # shutdown drains the recorder: every outcome is written before this
-    return {"claim_batches": len(worker.stats.claim_batches)}
+    return {"claim_batches": worker.stats.claim_batches}
 
 
 async def test_round_trips_per_delivery(receiver: Any, tmp_path: Path) -> None:
