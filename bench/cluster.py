@@ -37,15 +37,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from relay import ids, signing  # noqa: E402
 from relay.keys import Keys  # noqa: E402
 from relay.models import endpoint_record  # noqa: E402
-from relay.redisproc import RedisCluster, free_port  # noqa: E402
+from relay.redisproc import RedisCluster, SlotControl, free_port  # noqa: E402
 from relay.settings import Settings  # noqa: E402
 from relay.store import Store, connect  # noqa: E402
 
@@ -101,48 +99,19 @@ def run_receiver(port: int) -> None:
 # ---------------------------------------------------------------------------- cluster
 
 
-class Cluster:
-    """The private cluster: node clients, shard placement, CPU counters."""
+class Cluster(SlotControl):
+    """The private cluster: node clients and shard placement (SlotControl), CPU counters."""
 
     def __init__(self, data: Path, fsync: str) -> None:
         self.proc = RedisCluster(data_dir=data, masters=3)
         for node in self.proc.nodes:
             node.appendfsync = fsync
         self.proc.start()
-        self.ports = [n.port for n in self.proc.nodes if n.port is not None]
-        self.clients = {p: redis.Redis(HOST, p, decode_responses=True) for p in self.ports}
-        self.ids = {p: c.cluster("MYID") for p, c in self.clients.items()}
-
-    def slot(self, key: str) -> int:
-        return int(self.clients[self.ports[0]].cluster("KEYSLOT", key))
-
-    def owner(self, slot: int, seen_by: int | None = None) -> int:
-        view = self.clients[seen_by or self.ports[0]].execute_command("CLUSTER", "SLOTS")
-        for start, end, master, *_ in view:
-            if int(start) <= slot <= int(end):
-                return int(master[1])
-        raise RuntimeError(f"slot {slot} is not served")
+        super().__init__(self.proc)
 
     def place_shards(self) -> None:
         """Move (empty) slots so {s0}, {s1}, {s2} are on three different nodes."""
-        taken: set[int] = set()
-        crowded = []
-        for tag in TAGS:
-            owner = self.owner(self.slot(tag))
-            if owner in taken:
-                crowded.append(tag)
-            taken.add(owner)
-        free = [p for p in self.ports if p not in taken]
-        for tag, to in zip(crowded, free, strict=False):
-            slot, src = self.slot(tag), self.owner(self.slot(tag))
-            self.clients[to].cluster("SETSLOT", slot, "IMPORTING", self.ids[src])
-            self.clients[src].cluster("SETSLOT", slot, "MIGRATING", self.ids[to])
-            for port in [to, src, *(p for p in self.ports if p not in (to, src))]:
-                self.clients[port].cluster("SETSLOT", slot, "NODE", self.ids[to])
-            for _ in range(500):
-                if all(self.owner(slot, seen_by=p) == to for p in self.ports):
-                    break
-                time.sleep(0.01)
+        self.spread(TAGS)
 
     def cpu(self) -> dict[int, float]:
         """Seconds of CPU each node has used."""
@@ -160,8 +129,7 @@ class Cluster:
             c.flushall()
 
     def stop(self) -> None:
-        for c in self.clients.values():
-            c.close()
+        self.close()
         self.proc.stop()
 
 

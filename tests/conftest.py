@@ -23,7 +23,7 @@ import fakeredis
 import pytest
 from aiohttp import web
 
-from relay.redisproc import RedisCluster, RedisServer, free_port, redis_binary
+from relay.redisproc import RedisCluster, RedisServer, SlotControl, free_port, redis_binary
 from relay.settings import Settings
 from relay.store import Store, connect
 
@@ -74,100 +74,21 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisHand
         container.stop()
 
 
-class ClusterHandle:
+class ClusterHandle(SlotControl):
     """The ``redis_cluster`` fixture: 3 masters, shard tags {s0} {s1} {s2} on 3 nodes.
 
-    Slot control for tests, the way ``redis-cli --cluster reshard`` moves a slot:
-    ``begin_move`` (IMPORTING on the target, MIGRATING on the source), ``migrate_batch``
-    (MIGRATE up to n keys), ``finish_move`` (SETSLOT NODE on target, source, others).
-    Synchronous clients: call them through ``asyncio.to_thread`` beside a running worker.
+    Slot control for tests comes from :class:`relay.redisproc.SlotControl`; its clients
+    are synchronous: call them through ``asyncio.to_thread`` beside a running worker.
     """
 
     TAGS = ("{s0}", "{s1}", "{s2}")
 
     def __init__(self, cluster: RedisCluster) -> None:
-        import redis
-
-        self.cluster = cluster
+        super().__init__(cluster)
         self.url = cluster.url
-        self.ports = [n.port for n in cluster.nodes if n.port is not None]
-        self.clients = {p: redis.Redis("127.0.0.1", p, decode_responses=True) for p in self.ports}
-        self.ids = {p: c.cluster("MYID") for p, c in self.clients.items()}
-
-    def slot(self, key: str) -> int:
-        return int(self.clients[self.ports[0]].cluster("KEYSLOT", key))
-
-    def owner(self, slot: int, seen_by: int | None = None) -> int:
-        """Port of the node serving ``slot``, as node ``seen_by`` (default: the first) sees it."""
-        view = self.clients[seen_by or self.ports[0]].execute_command("CLUSTER", "SLOTS")
-        for start, end, master, *_ in view:
-            if int(start) <= slot <= int(end):
-                return int(master[1])
-        raise AssertionError(f"slot {slot} is not served")
-
-    def begin_move(self, slot: int, to: int) -> int:
-        src = self.owner(slot)
-        self.clients[to].cluster("SETSLOT", slot, "IMPORTING", self.ids[src])
-        self.clients[src].cluster("SETSLOT", slot, "MIGRATING", self.ids[to])
-        return src
-
-    def migrate_batch(self, slot: int, src: int, to: int, n: int) -> int:
-        keys = self.clients[src].cluster("GETKEYSINSLOT", slot, n)
-        if keys:
-            self.clients[src].execute_command(
-                "MIGRATE", "127.0.0.1", to, "", 0, 10_000, "KEYS", *keys
-            )
-        return len(keys)
-
-    def keys_in_slot(self, port: int, slot: int) -> list[str]:
-        return list(self.clients[port].cluster("GETKEYSINSLOT", slot, 1_000_000))
-
-    def migrate_keys(self, src: int, to: int, keys: list[str]) -> None:
-        for i in range(0, len(keys), 500):
-            self.clients[src].execute_command(
-                "MIGRATE", "127.0.0.1", to, "", 0, 10_000, "KEYS", *keys[i : i + 500]
-            )
-
-    def finish_move(self, slot: int, src: int, to: int) -> None:
-        for port in [to, src, *(p for p in self.ports if p not in (to, src))]:
-            self.clients[port].cluster("SETSLOT", slot, "NODE", self.ids[to])
-        self.wait_agreed(slot, to)
-
-    def move_slot(self, slot: int, to: int, batch: int = 500) -> None:
-        src = self.owner(slot)
-        if src == to:
-            return
-        self.begin_move(slot, to)
-        while self.migrate_batch(slot, src, to, batch):
-            pass
-        self.finish_move(slot, src, to)
-
-    def wait_agreed(self, slot: int, port: int) -> None:
-        """Until every node names ``port`` as the owner of ``slot`` (bounded)."""
-        import time
-
-        for _ in range(500):
-            if all(self.owner(slot, seen_by=p) == port for p in self.ports):
-                return
-            time.sleep(0.01)
-        raise AssertionError(f"nodes disagree on the owner of slot {slot}")
 
     def spread_shards(self) -> None:
-        """Move slots so {s0}, {s1}, {s2} are served by three different nodes."""
-        taken: set[int] = set()
-        crowded = []
-        for tag in self.TAGS:
-            owner = self.owner(self.slot(tag))
-            if owner in taken:
-                crowded.append(tag)
-            taken.add(owner)
-        free = [p for p in self.ports if p not in taken]
-        for tag, port in zip(crowded, free, strict=False):
-            self.move_slot(self.slot(tag), port)
-
-    def close(self) -> None:
-        for c in self.clients.values():
-            c.close()
+        self.spread(self.TAGS)
 
 
 @pytest.fixture(scope="session")
