@@ -7,7 +7,8 @@ Key names come from :mod:`relay.keys`.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,17 +156,24 @@ class Store:
 
     # ------------------------------------------------------------------ endpoints
 
+    @contextlib.contextmanager
+    def _endpoint_write(self) -> Iterator[None]:
+        """Bump ``endpoint_epoch`` before and after a write: a cache fill that started
+        before it, or overlapped it, must not be kept."""
+        self.endpoint_epoch += 1
+        try:
+            yield
+        finally:
+            self.endpoint_epoch += 1
+
     async def put_endpoint(self, endpoint: dict[str, Any]) -> None:
         """Create (or overwrite) an endpoint; changes go through :meth:`update_endpoint`."""
         app = self.keys.app(endpoint["app"])
-        self.endpoint_epoch += 1
-        try:
+        with self._endpoint_write():
             await self.scripts.endpoint_put(
                 keys=[self.keys.endpoints, app, app],
                 args=[endpoint["id"], orjson.dumps(endpoint), self.keys.endpoints_changed],
             )
-        finally:  # a cache fill that overlapped the write must not be kept either
-            self.endpoint_epoch += 1
 
     async def delete_endpoint_state(self, endpoint_id: str) -> None:
         """Drop an endpoint's breaker, rate and in-flight keys (one slot: its own tag)."""
@@ -190,11 +198,8 @@ class Store:
                 return before, before
             keys = [self.keys.endpoints, self.keys.app(after["app"]), self.keys.app(before["app"])]
             args = [endpoint_id, orjson.dumps(after), self.keys.endpoints_changed, raw]
-            self.endpoint_epoch += 1
-            try:
+            with self._endpoint_write():
                 written = int(await self.scripts.endpoint_put(keys=keys, args=args))
-            finally:
-                self.endpoint_epoch += 1
             if written:
                 return before, after
         raise RuntimeError(f"endpoint {endpoint_id} kept changing; gave up after 20 tries")
@@ -220,14 +225,11 @@ class Store:
         return sorted((orjson.loads(v) for v in raw), key=lambda e: e["id"])
 
     async def delete_endpoint(self, endpoint: dict[str, Any]) -> bool:
-        self.endpoint_epoch += 1
-        try:
+        with self._endpoint_write():
             done = await self.scripts.endpoint_delete(
                 keys=[self.keys.endpoints, self.keys.app(endpoint["app"])],
                 args=[endpoint["id"], self.keys.endpoints_changed],
             )
-        finally:
-            self.endpoint_epoch += 1
         return bool(done)
 
     # ------------------------------------------------------------------ publish
@@ -490,19 +492,19 @@ class Store:
                 pipe.zcard(sk.processing)
                 pipe.zcard(sk.succeeded)
                 pipe.zcard(sk.dead)
+                pipe.zcount(sk.due, "-inf", now_ms)
                 pipe.zrange(sk.due, 0, 0, withscores=True)
                 pipe.hget(sk.stats, "reclaimed")
-                due, proc, ok, dead, head, rec = await pipe.execute()
+                due, proc, ok, dead, now_due, head, rec = await pipe.execute()
             counts["pending"] += due
             counts["delivering"] += proc
             counts["succeeded"] += ok
             counts["dead"] += dead
+            due_now += now_due
             reclaimed += int(rec or 0)
-            if head:
+            if now_due:  # the head is due: it is the oldest due delivery of this shard
                 score = int(head[0][1])
-                if score <= now_ms:
-                    due_now += await self.redis.zcount(sk.due, "-inf", now_ms)
-                    oldest = score if oldest is None else min(oldest, score)
+                oldest = score if oldest is None else min(oldest, score)
         return {
             "counts": counts,
             "queue": {
@@ -510,7 +512,7 @@ class Store:
                 "scheduled": counts["pending"] - due_now,
                 "processing": counts["delivering"],
                 "oldest_due_age_seconds": 0.0
-                if oldest is None or now_ms is None
+                if oldest is None
                 else round((now_ms - oldest) / 1000, 3),
             },
             "reclaimed_total": reclaimed,

@@ -20,7 +20,7 @@ import itertools
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +126,7 @@ class Worker:
             )
         self._recorder.start()
         self._settler.start()
-        heartbeat = asyncio.create_task(self._heartbeat(stop), name="relay-heartbeat")
+        heartbeat = asyncio.create_task(self._heartbeat(), name="relay-heartbeat")
         listener = asyncio.create_task(self._listen(), name="relay-wake")
         sweeper = asyncio.create_task(Retention(self.store).run(), name="relay-sweeper")
         log.info("worker.started", worker=self.settings.worker_id, shards=len(self._shards))
@@ -257,9 +257,9 @@ class Worker:
 
     async def _admit(self, sk: ShardKeys, endpoint: dict[str, Any], cs: list[Claimed]) -> None:
         """Ask the endpoint's shared breaker/limits which sends may go; defer the rest."""
-        spread = int(self._avg_ms.get(endpoint["id"], 100.0))
-        # No head-of-line blocking: past its window here, an endpoint's sends are deferred
         e = endpoint["id"]
+        spread = int(self._avg_ms.get(e, 100.0))
+        # No head-of-line blocking: past its window here, an endpoint's sends are deferred
         open_now = sum(1 for f in self._inflight.values() if f.claim.endpoint_id == e)
         room = self._windows.room(e, open_now)
         cs, over = cs[:room], cs[room:]
@@ -269,7 +269,7 @@ class Worker:
             try:
                 _, shared = await self.health.admit(endpoint, [c.token for c in cs], spread)
             except Exception as exc:  # Redis trouble: fail open rather than strand the claims
-                log.warning("admit.failed", endpoint_id=endpoint["id"], error=str(exc))
+                log.warning("admit.failed", endpoint_id=e, error=str(exc))
                 shared = [0] * len(cs)
             waits = shared + waits
         for c, wait in zip(cs + over, waits, strict=True):
@@ -457,15 +457,12 @@ class Worker:
 
     # ------------------------------------------------------------------ background
 
-    async def _heartbeat(self, stop: asyncio.Event) -> None:
+    async def _heartbeat(self) -> None:
         """Extend the leases of every send in flight, one script call per shard."""
         period = max(0.05, self.settings.lease_seconds / 3)
         while True:
             await asyncio.sleep(period)
-            by_shard: dict[int, list[_InFlight]] = {}
-            for f in list(self._inflight.values()):
-                by_shard.setdefault(f.sk.shard, []).append(f)
-            for items in by_shard.values():
+            for items in _by_shard(self._inflight.values()):
                 sk = items[0].sk
                 try:
                     res = await self.store.extend(
@@ -512,10 +509,7 @@ class Worker:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             await asyncio.shield(self._recorder.drain())
-            by_shard: dict[int, list[_InFlight]] = {}
-            for f in unfinished:
-                by_shard.setdefault(f.sk.shard, []).append(f)
-            for items in by_shard.values():
+            for items in _by_shard(unfinished):
                 claims = [(f.claim.id, f.claim.token) for f in items]
                 try:
                     res = await asyncio.shield(self.store.release(items[0].sk, claims))
@@ -523,8 +517,20 @@ class Worker:
                     log.info("worker.handed_back", count=sum(res))
                 except Exception as exc:
                     log.warning("worker.hand_back_failed", error=str(exc), count=len(claims))
+            # Their endpoint slots (max_in_flight, a half-open probe) free now, not when
+            # they expire: a neutral result, no verdict on the endpoint's health.
+            for f in unfinished:
+                if f.endpoint is not None:
+                    self._settler.submit(f.endpoint["id"], (f.claim.token, "-"))
         await self._recorder.stop()
         await self._settler.stop()
+
+
+def _by_shard(flights: Iterable[_InFlight]) -> list[list[_InFlight]]:
+    groups: dict[int, list[_InFlight]] = {}
+    for f in flights:
+        groups.setdefault(f.sk.shard, []).append(f)
+    return list(groups.values())
 
 
 async def _wait_any(stop: asyncio.Event, other: asyncio.Event, within: float | None = None) -> None:

@@ -255,3 +255,35 @@ async def test_reenable_racing_a_hold_does_not_strand_the_delivery(
     got = await row(store, d)
     assert "held" not in got
     assert await store.redis.zcard(store.keys.shard(0).held(ep["id"])) == 0
+
+
+async def test_shutdown_frees_the_endpoint_slots_of_handed_back_sends(
+    make_store: Any, receiver: Any
+) -> None:
+    """Sends handed back at shutdown free their max_in_flight slots at once.
+
+    Seen failing: without the neutral settle in ``Worker._shutdown``, both slots stay
+    in the endpoint's in-flight set until they expire (timeout + 2 s), holding other
+    workers off the endpoint.
+    """
+    store = await make_store(shutdown_grace=0.1, http_timeout=30.0)
+    release = asyncio.Event()
+
+    async def hold(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(text="late")
+
+    receiver.responses["/hold"] = hold
+    ep = await add_endpoint(store, receiver.url + "/hold", max_in_flight=2)
+    for _ in range(2):
+        await publish(store, ep["id"])
+    inflight = store.keys.endpoint_state(ep["id"]).inflight
+    try:
+        async with running(store):
+            await receiver.wait_for(2, path="/hold")
+            assert await store.redis.zcard(inflight) == 2
+        assert await store.redis.zcard(inflight) == 0
+    finally:
+        release.set()
+    sk = store.keys.shard(0)
+    assert await store.redis.zcard(sk.processing) == 0  # handed back, uncharged
