@@ -262,10 +262,21 @@ class DeliveryList(BaseModel):
     next_cursor: str | None
 
 
+TypeFilter = Annotated[
+    str | None,
+    Field(
+        max_length=258,
+        pattern=r"^(\*|" + TYPE_PATTERN[1:-1] + r"(\.\*)?)$",
+        description="event type, exact or a prefix pattern such as order.*",
+    ),
+]
+
+
 class DeliveryQuery(Strict):
     status: Status | None = None
     endpoint_id: Annotated[str | None, Field(max_length=64)] = None
     event_id: Annotated[str | None, Field(max_length=64)] = None
+    type: TypeFilter = None
     limit: Annotated[int, Field(ge=1, le=500)] = 50
     cursor: Annotated[str | None, Field(max_length=512)] = None
 

@@ -16,7 +16,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from relay import ids
+from relay import ids, matching
 from relay.keys import Keys, ShardKeys
 from relay.scripts import Scripts
 from relay.settings import Settings
@@ -394,18 +394,32 @@ class Store:
         status: str | None = None,
         endpoint_id: str | None = None,
         event_id: str | None = None,
+        event_type: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """Newest first, across shards; ``cursor`` continues a previous page."""
+        """Newest first, across shards; ``cursor`` continues a previous page.
+
+        ``event_type`` is exact or a prefix pattern (``order.*``). A filter that matches
+        little scans a bounded number of index entries per call and returns the cursor of
+        where it stopped, so a page may hold fewer than ``limit`` rows and still continue.
+        """
         after = decode_cursor(cursor) if cursor else None
+
+        def wanted(row: dict[str, Any]) -> bool:
+            return (
+                (status is None or row.get("status") == status)
+                and (endpoint_id is None or row.get("endpoint_id") == endpoint_id)
+                and (event_type is None or matching.matches([event_type], row.get("type", "")))
+            )
+
         if event_id is not None:
             event = await self.get_event(event_id)
             sk = self.shard_keys_for(event_id)
             if event is None or sk is None:
                 return [], None
             rows = await self.get_deliveries(sk, [d["id"] for d in event["deliveries"]])
-            rows = [r for r in rows if _matches(r, status, endpoint_id)]
+            rows = [r for r in rows if wanted(r)]
             # Same order and cursor as the indexes (created, id), so an event with more
             # deliveries than one page is walked page by page like any other listing.
             rows.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
@@ -458,7 +472,7 @@ class Store:
                 got = {r["id"]: r for r in await self.get_deliveries(sk, [m for _, m in page])}
                 for s, m in page:
                     r = got.get(m)
-                    if r is not None and _matches(r, status, endpoint_id):
+                    if r is not None and wanted(r):
                         found.append((s, m, r))
                         matched += 1
                 if len(batch) <= limit or matched > limit:
@@ -518,12 +532,6 @@ class Store:
             "reclaimed_total": reclaimed,
             "shards": self.settings.shards,
         }
-
-
-def _matches(row: dict[str, Any], status: str | None, endpoint_id: str | None) -> bool:
-    return (status is None or row.get("status") == status) and (
-        endpoint_id is None or row.get("endpoint_id") == endpoint_id
-    )
 
 
 def _delivery(raw: dict[str, str]) -> dict[str, Any]:

@@ -572,3 +572,17 @@ async def test_openapi_lists_every_route(env: tuple[Store, Any]) -> None:
         assert path in doc["paths"], path
     schema = doc["components"]["schemas"]["EndpointIn"]
     assert "url" in schema["required"]
+
+
+async def test_list_deliveries_filters_by_event_type(env: tuple[Store, Any]) -> None:
+    _, api = env
+    await new_endpoint(api)
+    paid = await publish(api, type="order.paid")
+    await publish(api, type="customer.created")
+    status, data = await call(api, "GET", "/v1/deliveries", params={"type": "order.*"})
+    assert status == 200
+    assert [d["event_id"] for d in data["data"]] == [paid["id"]]
+    for bad in ("bad type!", "*.paid", "order.**"):
+        assert_error(
+            *await call(api, "GET", "/v1/deliveries", params={"type": bad}), 422, "validation_error"
+        )

@@ -55,15 +55,16 @@ async def publish(
     idem: tuple[str, bytes] | None = None,
     created_ms: int | None = None,
     shard: int = 0,
+    event_type: str = "order.paid",
 ) -> tuple[str, list[str], str | None]:
     now = created_ms or int(time.time() * 1000)
     event_id = ids.new_id("evt", shard, now)
     dlv = [(ids.new_id("dlv", shard, now), e) for e in endpoint_ids]
-    body = signing.build_body(event_id, "order.paid", now, b'{"n":1}')
+    body = signing.build_body(event_id, event_type, now, b'{"n":1}')
     taken = await store.publish(
         shard=shard,
         event_id=event_id,
-        event_type="order.paid",
+        event_type=event_type,
         app="default",
         body=body,
         created_ms=now,
@@ -558,3 +559,30 @@ async def test_sharded_list_walk(make_store: Any) -> None:
         if cursor is None:
             break
     assert seen == [d for _, d in sorted(made, reverse=True)]
+
+
+async def test_list_deliveries_by_event_type_walks_a_sparse_type(st: Store) -> None:
+    """Exact and prefix type filters; a rare type among many is found page by page.
+
+    300 other deliveries stand between the few matches, more than one call's scan budget
+    (200 entries for limit 2), so the walk has to carry on through returned cursors.
+    """
+    ep = await add_endpoint(st)
+    want: list[str] = []
+    for i in range(306):
+        kind = "customer.created" if i % 51 == 0 else "order.paid"
+        _, (d,), _ = await publish(st, [ep["id"]], event_type=kind, created_ms=1_000 + i)
+        if kind == "customer.created":
+            want.append(d)
+    seen: list[str] = []
+    cursor = None
+    for _ in range(100):
+        rows, cursor = await st.list_deliveries(event_type="customer.*", limit=2, cursor=cursor)
+        assert all(r["type"] == "customer.created" for r in rows)
+        seen += [r["id"] for r in rows]
+        if cursor is None:
+            break
+    assert seen == list(reversed(want))  # every match once, newest first
+    exact, _ = await st.list_deliveries(event_type="order.paid", limit=500)
+    assert len(exact) == 300
+    assert (await st.list_deliveries(event_type="order", limit=5))[0] == []

@@ -31,6 +31,7 @@ async def list_(request: web.Request) -> web.Response:
             status=q.status,
             endpoint_id=q.endpoint_id,
             event_id=q.event_id,
+            event_type=q.type,
             limit=q.limit,
             cursor=q.cursor,
         )
