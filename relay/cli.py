@@ -26,7 +26,6 @@ from relay.settings import Settings, SettingsError
 from relay.store import Store, connect
 
 T = TypeVar("T")
-PAGE = 500  # deliveries per page when walking dead letters
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -304,26 +303,10 @@ async def _replay_all_dead(store: Store, endpoint_id: str | None, since: int | N
     total = 0
     for sk in store.keys.all_shards():
         total += int(await store.redis.zcount(sk.dead, since if since else "-inf", "+inf"))
-    replayed = refused = 0
-    cursor: str | None = None
     with click.progressbar(length=total, label="replaying dead deliveries", file=sys.stderr) as bar:
-        while True:
-            rows, cursor = await store.list_deliveries(
-                status="dead", endpoint_id=endpoint_id, limit=PAGE, cursor=cursor
-            )
-            chosen = [
-                r["id"] for r in rows if since is None or (r.get("finished_at") or 0) >= since
-            ]
-            if chosen:
-                results = await store.replay(chosen)
-                done = sum(1 for v in results.values() if v == "ok")
-                replayed += done
-                refused += len(chosen) - done  # replayed by someone else meanwhile
-                bar.update(len(chosen))
-            # The dead index is ordered by time of death: past `since`, nothing older counts.
-            older = rows and since is not None and (rows[-1].get("finished_at") or 0) < since
-            if cursor is None or (endpoint_id is None and older):
-                break
+        replayed, refused = await store.replay_dead(
+            endpoint_id=endpoint_id, since=since, on_page=bar.update
+        )
         bar.update(max(0, total - bar.pos))  # the total was an upper bound: finish the bar
     return {"replayed": replayed, "not_replayable": refused}
 
@@ -483,13 +466,7 @@ def inspect(ident: str, as_json: bool) -> None:
 
 
 async def _endpoints(store: Store, app: str | None) -> list[dict[str, Any]]:
-    rows = await store.list_endpoints(app)
-    breakers = await Health(store).breakers([r["id"] for r in rows])
-    out = []
-    for r in rows:
-        public = {k: v for k, v in r.items() if k not in ("secret", "previous_secrets")}
-        out.append({**public, "breaker": breakers[r["id"]]})
-    return out
+    return await Health(store).endpoint_views(await store.list_endpoints(app))
 
 
 @main.command(short_help="List endpoints with their breaker state.")

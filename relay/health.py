@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from relay.models import public_endpoint
 from relay.store import Store
 
 SLOT_MARGIN_MS = 2000
@@ -128,6 +129,11 @@ class Health:
                 pipe.hgetall(self.store.keys.endpoint_state(e).breaker)
             rows = await pipe.execute()
         return {e: breaker_view(r) for e, r in zip(endpoint_ids, rows, strict=True)}
+
+    async def endpoint_views(self, endpoints: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Endpoints as shown (no secrets), each with its shared breaker state."""
+        breakers = await self.breakers([e["id"] for e in endpoints])
+        return [{**public_endpoint(e), "breaker": breakers[e["id"]]} for e in endpoints]
 
     async def hold(self, sk: Any, endpoint_id: str, claims: Sequence[tuple[str, str]]) -> int:
         keys = [sk.processing, sk.held(endpoint_id), *(sk.delivery(i) for i, _ in claims)]

@@ -117,6 +117,14 @@ def endpoint_record(**fields: Any) -> dict[str, Any]:
     return record
 
 
+def public_endpoint(endpoint: dict[str, Any], *, with_secret: bool = False) -> dict[str, Any]:
+    """An endpoint as the API and CLI show it: no secrets unless asked for."""
+    out = {k: v for k, v in endpoint.items() if k not in ("secret", "previous_secrets")}
+    if with_secret:
+        out["secret"] = endpoint["secret"]
+    return out
+
+
 class EndpointPatch(Strict):
     """Change an endpoint: only the fields given change."""
 

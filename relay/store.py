@@ -344,6 +344,39 @@ class Store:
                 result.update(zip(chunk, res, strict=True))
         return result
 
+    async def replay_dead(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        since: int | None = None,
+        on_page: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """Replay every dead delivery (of one endpoint; that died at or after ``since`` ms).
+
+        Walks the dead letters newest first, a page at a time, one replay script call per
+        page and shard. Returns ``(replayed, refused)``: refused ones were replayed by
+        someone else meanwhile. ``on_page(n)`` reports progress.
+        """
+        replayed = refused = 0
+        cursor: str | None = None
+        while True:
+            rows, cursor = await self.list_deliveries(
+                status="dead", endpoint_id=endpoint_id, limit=500, cursor=cursor
+            )
+            chosen = [
+                r["id"] for r in rows if since is None or (r.get("finished_at") or 0) >= since
+            ]
+            if chosen:
+                done = sum(1 for v in (await self.replay(chosen)).values() if v == "ok")
+                replayed += done
+                refused += len(chosen) - done
+                if on_page is not None:
+                    on_page(len(chosen))
+            # Unfiltered, the dead index is in order of death: past `since`, nothing counts.
+            older = rows and since is not None and (rows[-1].get("finished_at") or 0) < since
+            if cursor is None or (endpoint_id is None and older):
+                return replayed, refused
+
     # ------------------------------------------------------------------ reads
 
     async def get_delivery(self, delivery_id: str, with_log: bool = True) -> dict[str, Any] | None:

@@ -586,3 +586,29 @@ async def test_list_deliveries_by_event_type_walks_a_sparse_type(st: Store) -> N
     exact, _ = await st.list_deliveries(event_type="order.paid", limit=500)
     assert len(exact) == 300
     assert (await st.list_deliveries(event_type="order", limit=5))[0] == []
+
+
+async def test_replay_dead_by_endpoint_and_since(st: Store) -> None:
+    """Dead letters of one endpoint, died at or after ``since``; others untouched."""
+    a, b = await add_endpoint(st), await add_endpoint(st)
+    sk = st.keys.shard(0)
+    died: dict[str, int] = {}
+    for i, ep in enumerate([a, b, a, a]):
+        _, (d,), _ = await publish(st, [ep["id"]])
+        c = (await claim(st)).items[0]
+        assert await st.record(sk, [outcome(c, "dead", code=500)]) == [1]
+        # time of death, set apart so `since` falls between them
+        died[d] = 1_000 + 1_000 * i
+        await st.redis.hset(sk.delivery(d), "finished_at", died[d])
+        await st.redis.zadd(sk.dead, {d: died[d]})
+    a_ids = [d for d, t in died.items() if t in (1_000, 3_000, 4_000)]
+    pages: list[int] = []
+    replayed, refused = await st.replay_dead(endpoint_id=a["id"], since=3_000, on_page=pages.append)
+    assert (replayed, refused, pages) == (2, 0, [2])
+    statuses = {d: (await h(st, d))["status"] for d in died}
+    assert [statuses[d] for d in a_ids] == ["dead", "pending", "pending"]
+    assert statuses[next(d for d in died if d not in a_ids)] == "dead"  # b's stays
+    # unfiltered, with since: stops at the first page older than since
+    assert await st.replay_dead(since=2_000) == (1, 0)
+    assert await st.replay_dead() == (1, 0)
+    assert await st.redis.zcard(sk.dead) == 0

@@ -86,17 +86,5 @@ async def recover(request: web.Request) -> web.Response:
     since = None
     if request.can_read_body:
         since = (await body(request, RecoverIn))[0].since
-    store = request.app[STORE]
-    recovered = 0
-    cursor = None
-    while True:
-        rows, cursor = await store.list_deliveries(
-            status="dead", endpoint_id=endpoint["id"], limit=500, cursor=cursor
-        )
-        chosen = [r["id"] for r in rows if since is None or (r.get("finished_at") or 0) >= since]
-        if chosen:
-            results = await store.replay(chosen)
-            recovered += sum(1 for v in results.values() if v == "ok")
-        if cursor is None:
-            break
+    recovered, _ = await request.app[STORE].replay_dead(endpoint_id=endpoint["id"], since=since)
     return json({"recovered": recovered}, status=202)

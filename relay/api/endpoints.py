@@ -19,16 +19,10 @@ from relay.models import (
     ErrorOut,
     SecretOut,
     endpoint_record,
+    public_endpoint,
 )
 
 ROTATION_GRACE_MS = 24 * 3600 * 1000
-
-
-def public(endpoint: dict[str, Any], *, with_secret: bool = False) -> dict[str, Any]:
-    out = {k: v for k, v in endpoint.items() if k not in ("secret", "previous_secrets")}
-    if with_secret:
-        out["secret"] = endpoint["secret"]
-    return out
 
 
 async def load(request: web.Request) -> dict[str, Any]:
@@ -49,13 +43,11 @@ async def create(request: web.Request) -> web.Response:
     data, _ = await body(request, EndpointIn)
     endpoint = endpoint_record(**data.model_dump())
     await request.app[STORE].put_endpoint(endpoint)
-    return json(public(endpoint, with_secret=True), status=201)
+    return json(public_endpoint(endpoint, with_secret=True), status=201)
 
 
 async def with_breakers(request: web.Request, endpoints: list[dict[str, Any]]) -> list[dict]:
-    """Public views of endpoints, each with its shared breaker state."""
-    breakers = await Health(request.app[STORE]).breakers([e["id"] for e in endpoints])
-    return [{**public(e), "breaker": breakers[e["id"]]} for e in endpoints]
+    return await Health(request.app[STORE]).endpoint_views(endpoints)
 
 
 @route(
