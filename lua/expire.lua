@@ -34,22 +34,10 @@ local function each_chunk(cmd, key, members)
 end
 
 -- The event hash counts its deliveries still kept ("live", set by publish.lua); true when
--- this was its last one. An event written before that field existed (HINCRBY then finds
--- nothing and answers -1) is checked delivery by delivery instead, counting the ids taken
--- by this call as gone (their hashes are deleted at the end, in one DEL).
-local function last_of_event(ekey, taken)
-  local live = redis.call("HINCRBY", ekey, "live", -1)
-  if live >= 0 then return live == 0 end
-  redis.call("HDEL", ekey, "live")
-  local raw = redis.call("HGET", ekey, "deliveries")
-  if raw then
-    for _, d in ipairs(cjson.decode(raw)) do
-      if not taken[d.id] and redis.call("EXISTS", prefix .. "dlv:" .. d.id) == 1 then
-        return false
-      end
-    end
-  end
-  return true
+-- this was its last one. A hash already gone is not counted as an event removed.
+local function last_of_event(ekey)
+  if redis.call("EXISTS", ekey) == 0 then return false end
+  return redis.call("HINCRBY", ekey, "live", -1) <= 0
 end
 
 local function sweep(set, cutoff)
@@ -60,8 +48,7 @@ local function sweep(set, cutoff)
   budget = budget - #ids
   each_chunk("ZREM", set, ids)
   each_chunk("ZREM", KEYS[3], ids)
-  local doomed, by_endpoint, gone_events, taken, done = {}, {}, {}, {}, {}
-  for _, id in ipairs(ids) do taken[id] = true end
+  local doomed, by_endpoint, gone_events = {}, {}, {}
   for _, id in ipairs(ids) do
     local dkey = prefix .. "dlv:" .. id
     local f = redis.call("HMGET", dkey, "event_id", "endpoint_id")
@@ -75,10 +62,9 @@ local function sweep(set, cutoff)
       end
       list[#list + 1] = id
     end
-    if f[1] and not done[f[1]] then
+    if f[1] then
       local ekey = prefix .. "evt:" .. f[1]
-      if last_of_event(ekey, taken) then
-        done[f[1]] = true
+      if last_of_event(ekey) then
         doomed[#doomed + 1] = ekey
         gone_events[#gone_events + 1] = f[1]
       end

@@ -186,12 +186,10 @@ async def test_event_removed_only_with_its_last_delivery(st: Store) -> None:
     assert await st.redis.zscore(sk.events, event_id) is None
 
 
-async def test_event_written_before_the_live_count_is_still_removed_last(st: Store) -> None:
-    """Events stored by an older relay have no "live" field: their deliveries are checked."""
+async def test_event_is_removed_with_its_last_delivery_only(st: Store) -> None:
+    """The event hash counts its deliveries still kept ("live"): it goes with the last."""
     ep = await add_endpoint(st)
     event_id, (a, b) = await publish(st, [ep, ep])
-    sk = st.keys.shard(0)
-    await st.redis.hdel(sk.event(event_id), "live")
     await finish(st, {a: "succeeded"})
     retention = Retention(st)
 
@@ -202,14 +200,9 @@ async def test_event_written_before_the_live_count_is_still_removed_last(st: Sto
     assert await st.get_event(event_id) is None
 
 
-@pytest.mark.parametrize("legacy", [False, True])
-async def test_event_whose_deliveries_go_in_one_call_is_removed_once(
-    st: Store, legacy: bool
-) -> None:
+async def test_event_whose_deliveries_go_in_one_call_is_removed_once(st: Store) -> None:
     ep = await add_endpoint(st)
     event_id, dlv = await publish(st, [ep, ep, ep])
-    if legacy:  # stored before the "live" count existed
-        await st.redis.hdel(st.keys.shard(0).event(event_id), "live")
     await finish(st, dict.fromkeys(dlv, "succeeded"))
 
     got = await Retention(st).expire(succeeded_before=FAR)
