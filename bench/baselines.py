@@ -5,7 +5,7 @@ Runs in the baselines' own virtualenv (``bench/.venv``: arq needs redis<6, relay
     python bench/baselines.py enqueue {arq|saq} REDIS_URL N
     python bench/baselines.py work {arq|saq} REDIS_URL RECEIVER_URL CONCURRENCY
 
-A job is one webhook send: it signs the same ~1 KiB body with ``relay.signing`` and
+A job is one webhook send: it signs the same ~1 KiB body with ``relay.domain.signing`` and
 POSTs it through one aiohttp session shared by the process (connection limit = the
 concurrency), failing the job on a non-2xx answer. Each library keeps its defaults
 (result retention, job timeouts, polling) apart from the concurrency: arq ``max_jobs``,
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # relay.signing and bench.payloads, without installing relay
+sys.path.insert(0, str(ROOT))  # relay.domain.signing and bench.payloads, without installing relay
 
 import aiohttp  # noqa: E402
 
 from bench.payloads import SECRET, headers, signed_body  # noqa: E402
-from relay import signing  # noqa: E402
+from relay.domain import signing  # noqa: E402
 
 CHUNK = 500  # enqueue calls in flight at once
 

@@ -40,12 +40,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from relay import ids, signing  # noqa: E402
-from relay.keys import Keys  # noqa: E402
-from relay.models import endpoint_record  # noqa: E402
+from relay.domain import ids, signing  # noqa: E402
+from relay.domain.schema import endpoint_record  # noqa: E402
+from relay.queue.keys import Keys  # noqa: E402
+from relay.queue.store import Store, connect  # noqa: E402
 from relay.redisproc import RedisCluster, SlotControl, free_port  # noqa: E402
 from relay.settings import Settings  # noqa: E402
-from relay.store import Store, connect  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 HOST = "127.0.0.1"

@@ -20,7 +20,7 @@ import orjson
 
 from bench.common import HOST
 from bench.payloads import EVENT_TYPE, SECRET, headers, payload, signed_body
-from relay import signing
+from relay.domain import signing
 
 
 class Conn:

@@ -1,7 +1,7 @@
 """What every system sends: a ~1 KiB JSON payload, and the signed body built from it.
 
 Imported by the bench itself and by the arq/saq baselines (which run in their own
-virtualenv), so it needs nothing but orjson and ``relay.signing``.
+virtualenv), so it needs nothing but orjson and ``relay.domain.signing``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from relay import signing
+from relay.domain import signing
 
 PAYLOAD_BYTES = 1024
 EVENT_TYPE = "bench.test"

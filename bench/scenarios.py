@@ -32,7 +32,7 @@ from bench.common import (
     drain_with_cpu,
 )
 from bench.payloads import SECRET
-from relay.keys import Keys
+from relay.queue.keys import Keys
 from relay.redisproc import RedisServer, free_port
 
 TOKEN = "bench-token"  # the API token of a throwaway API on loopback, not a credential

@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 import click
 import orjson
 
-from relay.health import Health
-from relay.retention import Retention
-from relay.retry import parse_duration
+from relay.domain.retry import parse_duration
+from relay.endpoints.health import Health
+from relay.ops.retention import Retention
+from relay.queue.store import Store, connect
 from relay.settings import Settings, SettingsError
-from relay.store import Store, connect
 
 T = TypeVar("T")
 

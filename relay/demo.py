@@ -7,7 +7,7 @@ import time
 import click
 from aiohttp import web
 
-from relay import signing
+from relay.domain import signing
 
 
 def run_receiver(*, port: int, status: int, secret: str | None, host: str = "127.0.0.1") -> None:

@@ -15,10 +15,10 @@ from aiohttp import web
 
 from relay import logs
 from relay.api import create_app
+from relay.delivery.worker import Worker
+from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer, free_port
 from relay.settings import Settings
-from relay.store import Store, connect
-from relay.worker import Worker
 
 log = structlog.get_logger("relay")
 

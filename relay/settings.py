@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit, urlunsplit
 
-from relay.retry import parse_duration, parse_schedule
+from relay.domain.retry import parse_duration, parse_schedule
 
 DEFAULT_SCHEDULE = "5s,5m,30m,2h,5h,10h,10h"
 

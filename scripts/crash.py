@@ -66,7 +66,7 @@ sys.path.insert(0, str(ROOT))
 
 from crash_report import TOTALS, analyze, print_table  # noqa: E402
 
-from relay.keys import Keys  # noqa: E402
+from relay.queue.keys import Keys  # noqa: E402
 from relay.redisproc import RedisServer, free_port  # noqa: E402
 
 PREFIX = "crash"

@@ -3,7 +3,7 @@
 * ``redis_server``: one real ``redis-server`` per test session (free port, temp dir),
   from the binary when there is one, else testcontainers when Docker answers; with
   neither, the tests that need it FAIL saying what to install (never a silent skip).
-* ``make_store`` / ``store``: a :class:`relay.store.Store` on that server, each test in
+* ``make_store`` / ``store``: a :class:`relay.queue.store.Store` on that server, each test in
   its own key prefix (no flushing), so tests never see each other's keys.
 * ``fake_store``: the same Store on fakeredis, which runs the same Lua scripts.
 * ``receiver``: a local aiohttp receiver on 127.0.0.1 that records every request.
@@ -23,9 +23,9 @@ import fakeredis
 import pytest
 from aiohttp import web
 
+from relay.queue.store import Store, connect
 from relay.redisproc import RedisCluster, RedisServer, SlotControl, free_port, redis_binary
 from relay.settings import Settings
-from relay.store import Store, connect
 
 INSTALL_HINT = (
     "no redis-server binary and no Docker for testcontainers: install Redis "

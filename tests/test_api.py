@@ -15,9 +15,9 @@ import aiohttp
 import orjson
 import pytest
 
-from relay import ids
 from relay.api.common import ROUTES
-from relay.store import Outcome, Store
+from relay.domain import ids
+from relay.queue.store import Outcome, Store
 
 pytestmark = pytest.mark.realredis
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from conftest import make_settings
 
+from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer
-from relay.store import Store, connect
 
 
 async def test_publish_while_redis_is_down_is_503(tmp_path: Path, make_api) -> None:

@@ -24,7 +24,7 @@ import pytest
 from aiohttp import web
 
 from relay.api import ui
-from relay.worker import Worker
+from relay.delivery.worker import Worker
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -17,11 +17,11 @@ import orjson
 import pytest
 from click.testing import CliRunner, Result
 
-from relay import ids, signing
 from relay.cli import main
-from relay.models import endpoint_record
+from relay.domain import ids, signing
+from relay.domain.schema import endpoint_record
+from relay.queue.store import Outcome, Store
 from relay.redisproc import free_port
-from relay.store import Outcome, Store
 
 pytestmark = pytest.mark.realredis
 

@@ -24,11 +24,11 @@ import pytest
 from aiohttp import web
 from conftest import ClusterHandle, Receiver, StoreFactory
 
-from relay import ids, signing
-from relay.models import endpoint_record
-from relay.scripts import guard_key
-from relay.store import Outcome, Store
-from relay.worker import Worker
+from relay.delivery.worker import Worker
+from relay.domain import ids, signing
+from relay.domain.schema import endpoint_record
+from relay.queue.scripts import guard_key
+from relay.queue.store import Outcome, Store
 
 pytestmark = pytest.mark.realredis
 

@@ -14,7 +14,7 @@ from aiohttp import web
 from conftest import ClusterHandle, Receiver, StoreFactory
 from test_cluster import LONG_LEASE_MS, endpoint, seed, settled, until
 
-from relay.worker import Worker
+from relay.delivery.worker import Worker
 
 pytestmark = pytest.mark.realredis
 
@@ -39,7 +39,7 @@ async def test_slot_moved_while_deliveries_flow(
     a non local key in a cluster node" after its ZREMs on the source; on the target,
     hashes not there yet read as missing) and dropped deliveries; the wait for all 3,000
     timed out in three runs of three: "receiver got 2966 of 3000" (twice), "2998 of 3000".
-    And with redis-py's default ``reinitialize_steps`` (relay.store.connect sets 0), the
+    And with redis-py's default ``reinitialize_steps`` (relay.queue.store.connect sets 0), the
     MOVED answers of the migration made the client close its connections under other
     tasks' commands: publishes failed with AttributeError "'NoneType' object has no
     attribute 'writelines'" (three runs of three).

@@ -34,8 +34,8 @@ import yaml
 from click.testing import CliRunner
 from kubernetes_validate.utils import SchemaNotFoundError, all_versions
 
+from relay.domain.retry import parse_duration
 from relay.redisproc import free_port
-from relay.retry import parse_duration
 from relay.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -480,7 +480,7 @@ def test_dockerfile_structure() -> None:
         if op == "COPY" and not rest.startswith("--from")
         for s in rest.split()[:-1]
     ]
-    assert set(sources) == {"pyproject.toml", "relay/", "lua/"}
+    assert set(sources) == {"pyproject.toml", "relay/"}
     for src in sources:
         path = src.rstrip("/")
         assert (ROOT / path).exists(), src
@@ -491,12 +491,11 @@ def test_dockerfile_structure() -> None:
 
 
 def test_lua_scripts_resolve_in_the_image_layout(tmp_path: Path) -> None:
-    """The image puts relay/ in site-packages and copies lua/ beside it: relay finds it."""
+    """The image puts relay/ in site-packages, its Lua as package data: relay finds it."""
     site = tmp_path / "site-packages"
     shutil.copytree(ROOT / "relay", site / "relay")
-    shutil.copytree(ROOT / "lua", site / "lua")  # what the Dockerfile's `cp -r lua` does
     check = (
-        "import relay.scripts as s; "
+        "import relay.queue.scripts as s; "
         "missing = [n for n in s.NAMES if not (s.LUA_DIR / (n + '.lua')).is_file()]; "
         "print(s.__file__, s.LUA_DIR, missing)"
     )
@@ -509,5 +508,5 @@ def test_lua_scripts_resolve_in_the_image_layout(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     file, lua_dir, missing = out.stdout.split(" ", 2)
-    assert file.startswith(str(site)) and lua_dir == str(site / "lua")
+    assert file.startswith(str(site)) and lua_dir == str(site / "relay" / "queue" / "lua")
     assert missing.strip() == "[]"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from relay.api.cache import EndpointCache
 from relay.api.common import ENDPOINT_CACHE
-from relay.store import Store
+from relay.endpoints.cache import EndpointCache
+from relay.queue.store import Store
 
 
 async def _publish(api: Any, app: str = "shop") -> list[str]:

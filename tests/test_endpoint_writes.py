@@ -7,9 +7,9 @@ from typing import Any
 import orjson
 import redis
 
-from relay.health import Health
-from relay.models import endpoint_record
-from relay.store import Store
+from relay.domain.schema import endpoint_record
+from relay.endpoints.health import Health
+from relay.queue.store import Store
 
 
 async def _endpoint(store: Store) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Endpoint health and pacing on a real Redis: the scripts, and the worker around them.
 
-``lua/admit.lua`` and ``lua/settle.lua`` are called here through :class:`relay.health.Health`
-(from many concurrent callers where exclusivity is the point), and an in-process
-:class:`relay.worker.Worker` shows deferral, holding and auto-disabling end to end. The
+``lua/admit.lua`` and ``lua/settle.lua`` are called here through
+:class:`relay.endpoints.health.Health` (from many concurrent callers where exclusivity is
+the point), and an in-process :class:`relay.delivery.worker.Worker` shows deferral, holding and auto-disabling end to end. The
 measurements across several worker processes are in ``test_pacing_processes.py``.
 """
 
@@ -19,9 +19,9 @@ import pytest
 from aiohttp import web
 from test_pacing_processes import add_endpoint, publish, until
 
-from relay.health import Health, Windows, burst_for
-from relay.store import Store
-from relay.worker import Worker
+from relay.delivery.worker import Worker
+from relay.endpoints.health import Health, Windows, burst_for
+from relay.queue.store import Store
 
 pytestmark = pytest.mark.realredis
 

@@ -1,10 +1,10 @@
-"""Tests for relay.matching."""
+"""Tests for relay.domain.matching."""
 
 from __future__ import annotations
 
 import pytest
 
-from relay.matching import matches, validate_pattern
+from relay.domain.matching import matches, validate_pattern
 
 
 @pytest.mark.parametrize("event_type", ["order.created", "x", "a.b.c"])

@@ -18,11 +18,12 @@ from aiohttp import web
 from conftest import make_settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay import ids, metrics, signing
-from relay.models import endpoint_record
+from relay.delivery.worker import Worker
+from relay.domain import ids, signing
+from relay.domain.schema import endpoint_record
+from relay.ops import metrics
+from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer, free_port
-from relay.store import Store, connect
-from relay.worker import Worker
 
 pytestmark = pytest.mark.realredis
 

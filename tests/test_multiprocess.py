@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from relay import ids, signing
-from relay.models import endpoint_record
-from relay.scripts import Scripts
-from relay.store import Store
-from relay.worker import Worker
+from relay.delivery.worker import Worker
+from relay.domain import ids, signing
+from relay.domain.schema import endpoint_record
+from relay.queue.scripts import Scripts
+from relay.queue.store import Store
 
 pytestmark = pytest.mark.realredis
 

@@ -22,9 +22,9 @@ from conftest import make_settings
 from jsonschema import Draft202012Validator
 
 from relay.api import create_app
+from relay.delivery.worker import Worker
+from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer, free_port
-from relay.store import Store, connect
-from relay.worker import Worker
 
 pytestmark = pytest.mark.realredis
 

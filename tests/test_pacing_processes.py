@@ -26,11 +26,11 @@ import orjson
 import pytest
 from aiohttp import web
 
-from relay import ids, signing
-from relay.health import Health
-from relay.models import endpoint_record
+from relay.domain import ids, signing
+from relay.domain.schema import endpoint_record
+from relay.endpoints.health import Health
+from relay.queue.store import Store
 from relay.redisproc import free_port
-from relay.store import Store
 
 pytestmark = pytest.mark.realredis
 

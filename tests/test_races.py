@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 import pytest
 
-from relay import ids, signing
-from relay.store import Outcome, Store
+from relay.domain import ids, signing
+from relay.queue.store import Outcome, Store
 
 pytestmark = pytest.mark.realredis
 

@@ -19,12 +19,12 @@ import pytest
 import structlog
 from conftest import make_settings
 
-from relay import ids, signing
-from relay.models import endpoint_record
+from relay.delivery.worker import Worker
+from relay.domain import ids, signing
+from relay.domain.schema import endpoint_record
+from relay.ops.retention import NONE, Retention
+from relay.queue.store import Outcome, Store, connect
 from relay.redisproc import RedisServer
-from relay.retention import NONE, Retention
-from relay.store import Outcome, Store, connect
-from relay.worker import Worker
 
 FAR = 10**15  # a cutoff after everything: "a very long time has passed"
 

@@ -1,4 +1,4 @@
-"""Tests for relay.retry."""
+"""Tests for relay.domain.retry."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from relay.retry import (
+from relay.domain.retry import (
     Decision,
     decide,
     jittered,

@@ -15,9 +15,9 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from test_pacing_processes import publish
 
 from relay.api.endpoints import ROTATION_GRACE_MS
-from relay.models import RESERVED_HEADERS
-from relay.signing import secret_bytes, signed_headers
-from relay.worker import Worker
+from relay.delivery.worker import Worker
+from relay.domain.schema import RESERVED_HEADERS
+from relay.domain.signing import secret_bytes, signed_headers
 
 pytestmark = pytest.mark.realredis
 

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 from conftest import make_settings
 
-from relay import ids, signing
-from relay.models import endpoint_record
+from relay.delivery.worker import Worker
+from relay.domain import ids, signing
+from relay.domain.schema import endpoint_record
+from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer
-from relay.store import Store, connect
-from relay.worker import Worker
 
 pytestmark = pytest.mark.realredis
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay import ids
+from relay.domain import ids
 from relay.settings import Settings, SettingsError
 
 

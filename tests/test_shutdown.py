@@ -24,8 +24,8 @@ import pytest
 from aiohttp import web
 from conftest import make_settings
 
+from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer, free_port
-from relay.store import Store, connect
 
 pytestmark = pytest.mark.realredis
 

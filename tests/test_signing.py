@@ -1,4 +1,4 @@
-"""Tests for relay.signing against the reference standardwebhooks verifier."""
+"""Tests for relay.domain.signing against the reference standardwebhooks verifier."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import orjson
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from relay.signing import (
+from relay.domain.signing import (
     build_body,
     generate_secret,
     is_valid_secret,

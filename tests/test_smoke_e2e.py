@@ -6,7 +6,7 @@ import asyncio
 
 from standardwebhooks.webhooks import Webhook
 
-from relay.worker import Worker
+from relay.delivery.worker import Worker
 
 
 async def test_publish_deliver_verify(make_store, make_api, receiver) -> None:

@@ -1,4 +1,4 @@
-"""Tests for relay.ssrf.
+"""Tests for relay.delivery.ssrf.
 
 Network rule: the only real connections made here go to a test server bound to 127.0.0.1.
 Every other destination is exercised as a pure function or through ``StubResolver``, with
@@ -22,7 +22,7 @@ from aiohttp.client_reqrep import ConnectionKey, RequestInfo
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from relay.ssrf import (
+from relay.delivery.ssrf import (
     ForbiddenDestination,
     GuardedConnector,
     GuardedResolver,

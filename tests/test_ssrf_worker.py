@@ -20,9 +20,9 @@ import pytest
 from aiohttp import web
 from test_pacing_processes import add_endpoint, publish, until
 
+from relay.delivery.worker import Worker
+from relay.queue.store import Store
 from relay.redisproc import free_port
-from relay.store import Store
-from relay.worker import Worker
 
 pytestmark = pytest.mark.realredis
 

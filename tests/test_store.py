@@ -1,4 +1,4 @@
-"""Contract tests for relay.store and its Lua scripts, run on fakeredis AND real Redis.
+"""Contract tests for relay.queue.store and its Lua scripts, run on fakeredis AND real Redis.
 
 The ``st`` fixture is parametrized over both backends, so the same scripts in ``lua/``
 are held to the same tests on each; the NOSCRIPT test needs a real server.
@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 import pytest
 
-from relay import ids, signing
-from relay.models import endpoint_record
-from relay.store import Outcome, Store
+from relay.domain import ids, signing
+from relay.domain.schema import endpoint_record
+from relay.queue.store import Outcome, Store
 
 pytestmark = pytest.mark.realredis
 

@@ -19,12 +19,13 @@ import structlog
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-import relay.worker
-from relay import __version__, ids, signing
-from relay.models import endpoint_record
+import relay.delivery.worker
+from relay import __version__
+from relay.delivery.worker import Worker
+from relay.domain import ids, signing
+from relay.domain.schema import endpoint_record
+from relay.queue.store import Store
 from relay.redisproc import free_port
-from relay.store import Store
-from relay.worker import Worker
 
 pytestmark = pytest.mark.realredis
 
@@ -301,7 +302,7 @@ async def test_idle_worker_wakes_on_publish(
     """With the idle cap and the lease made huge, only the pub/sub wake can get these
     three deliveries out before the deadline. Seen failing (TimeoutError in wait_for)
     with ``Worker._listen`` monkeypatched to subscribe but ignore every message."""
-    monkeypatch.setattr(relay.worker, "IDLE_CAP", 3600.0)
+    monkeypatch.setattr(relay.delivery.worker, "IDLE_CAP", 3600.0)
     store = await make_store(lease_seconds=3600.0)
     ep = await add_endpoint(store, receiver.url + "/wake")
     wake = store.keys.shard(0).wake

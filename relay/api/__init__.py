@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from relay.api import deliveries, endpoints, events, ops, ui  # noqa: F401  (routes register)
-from relay.api.cache import EndpointCache
 from relay.api.common import ENDPOINT_CACHE, ROUTES, SETTINGS, STORE, errors_and_auth
+from relay.endpoints.cache import EndpointCache
+from relay.queue.store import Store, connect
 from relay.settings import Settings
-from relay.store import Store, connect
 
 REQUEST_OVERHEAD = 64 * 1024  # room for the envelope around the largest payload
 

@@ -19,9 +19,9 @@ from redis.exceptions import BusyLoadingError, ClusterDownError, OutOfMemoryErro
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from relay.api.cache import EndpointCache
+from relay.endpoints.cache import EndpointCache
+from relay.queue.store import Store
 from relay.settings import Settings
-from relay.store import Store
 
 log = structlog.get_logger("relay.api")
 REDIS_UNAVAILABLE = (

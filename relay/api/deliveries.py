@@ -6,7 +6,7 @@ from aiohttp import web
 
 from relay.api.common import STORE, ApiError, body, json, query, route
 from relay.api.endpoints import load as load_endpoint
-from relay.models import (
+from relay.api.models import (
     DeliveryDetail,
     DeliveryList,
     DeliveryQuery,

@@ -7,10 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
-from relay import signing
 from relay.api.common import STORE, ApiError, body, json, query, route
-from relay.health import Health
-from relay.models import (
+from relay.api.models import (
     EndpointIn,
     EndpointList,
     EndpointOut,
@@ -18,9 +16,10 @@ from relay.models import (
     EndpointQuery,
     ErrorOut,
     SecretOut,
-    endpoint_record,
-    public_endpoint,
 )
+from relay.domain import signing
+from relay.domain.schema import endpoint_record, public_endpoint
+from relay.endpoints.health import Health
 
 ROTATION_GRACE_MS = 24 * 3600 * 1000
 

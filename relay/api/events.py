@@ -10,9 +10,9 @@ import zlib
 import orjson
 from aiohttp import web
 
-from relay import ids, matching, signing
 from relay.api.common import ENDPOINT_CACHE, SETTINGS, STORE, ApiError, body, json, route
-from relay.models import ErrorOut, EventDetail, EventIn, EventOut
+from relay.api.models import ErrorOut, EventDetail, EventIn, EventOut
+from relay.domain import ids, matching, signing
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 

@@ -7,9 +7,10 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel
 
-from relay import __version__, metrics
+from relay import __version__
 from relay.api.common import ROUTES, STORE, json, route
-from relay.models import ErrorOut, StatsOut
+from relay.api.models import ErrorOut, StatsOut
+from relay.ops import metrics
 
 
 class HealthOut(BaseModel):

@@ -24,9 +24,9 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 from yarl import URL
 
-from relay import __version__, sender, signing
+from relay import __version__
 from relay.api.common import STORE, ApiError, json, query, route
-from relay.models import (
+from relay.api.models import (
     DeliveryDetail,
     DeliveryList,
     ErrorOut,
@@ -36,7 +36,9 @@ from relay.models import (
     Strict,
     TypeFilter,
 )
-from relay.store import Store
+from relay.delivery import sender
+from relay.domain import signing
+from relay.queue.store import Store
 
 MINUTES = 30
 SAMPLE = 200  # newest deliveries per endpoint behind its success rate

@@ -1,7 +1,7 @@
 """Redis transitions and reads: the only module that talks to Redis about deliveries.
 
 Every state change is one script call (see ``lua/``); reads are pipelined per shard.
-Key names come from :mod:`relay.keys`.
+Key names come from :mod:`relay.queue.keys`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from relay import ids, matching
-from relay.keys import Keys, ShardKeys
-from relay.scripts import Scripts
+from relay.domain import ids, matching
+from relay.queue.keys import Keys, ShardKeys
+from relay.queue.scripts import Scripts
 from relay.settings import Settings
 
 STATUSES = ("pending", "delivering", "succeeded", "dead")

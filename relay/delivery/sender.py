@@ -12,7 +12,9 @@ from typing import Any
 
 import aiohttp
 
-from relay import __version__, signing, ssrf
+from relay import __version__
+from relay.delivery import ssrf
+from relay.domain import signing
 
 BODY_CAP = 512
 USER_AGENT = f"relay/{__version__}"

@@ -1,7 +1,7 @@
 """Endpoint health and pacing, shared by all workers: breaker, rate limit, in-flight cap.
 
 Each endpoint's state lives under its own hash tag (``relay:v1:{ep_X}:...``, see
-:mod:`relay.keys`) and changes only through ``lua/admit.lua`` (before sends) and
+:mod:`relay.queue.keys`) and changes only through ``lua/admit.lua`` (before sends) and
 ``lua/settle.lua`` (after them), so counts are exact across any number of workers.
 Deliveries of a disabled endpoint are parked per shard (``lua/hold.lua``) and come back
 when it is re-enabled (``lua/resume.lua``). :class:`Windows` is each worker's own share
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relay.models import public_endpoint
-from relay.store import Store
+from relay.domain.schema import public_endpoint
+from relay.queue.store import Store
 
 SLOT_MARGIN_MS = 2000
 

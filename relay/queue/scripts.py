@@ -32,7 +32,7 @@ from redis.exceptions import AskError, ClusterError, TryAgainError
 
 log = structlog.get_logger("relay.scripts")
 
-LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
+LUA_DIR = Path(__file__).resolve().parent / "lua"
 NAMES = (
     "publish",
     "claim",

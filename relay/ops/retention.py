@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from relay import metrics
-from relay.keys import ShardKeys
-from relay.store import Store
+from relay.ops import metrics
+from relay.queue.keys import ShardKeys
+from relay.queue.store import Store
 
 log = structlog.get_logger("relay.retention")
 

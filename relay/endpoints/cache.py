@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from relay.store import Store
+from relay.queue.store import Store
 
 log = structlog.get_logger("relay.api")
 

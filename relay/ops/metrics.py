@@ -2,7 +2,7 @@
 
 Counters and histograms count what this process did (sends, claims, reclaims, lease
 extensions, expiries). Gauges describe the shared state and are read from Redis at
-scrape time, cheaply: the queue gauges from :meth:`relay.store.Store.stats` (a few
+scrape time, cheaply: the queue gauges from :meth:`relay.queue.store.Store.stats` (a few
 O(1)/O(log n) commands per shard, never a scan) and the breaker gauge with one pipelined
 ``HGETALL`` per endpoint, for at most ``BREAKER_CAP`` endpoints. Every replica reports
 the same shared gauges; aggregate them with ``max``, not ``sum``.
@@ -102,7 +102,7 @@ def observe_attempt(outcome: str, status: int | None, duration: float) -> None:
 
 
 def set_queue(stats: dict[str, Any]) -> None:
-    """Queue gauges from :meth:`relay.store.Store.stats` (a few O(1) commands per shard)."""
+    """Queue gauges from :meth:`relay.queue.store.Store.stats` (a few O(1) commands per shard)."""
     QUEUE_DUE.set(stats["queue"]["due"])
     QUEUE_SCHEDULED.set(stats["queue"]["scheduled"])
     QUEUE_PROCESSING.set(stats["queue"]["processing"])
@@ -129,7 +129,7 @@ async def _endpoint_ids(store: Any) -> tuple[int, list[str]]:
 
 async def refresh(store: Any) -> None:
     """Read the shared gauges from Redis; on failure keep serving the process's own."""
-    from relay.health import Health  # health imports store; keep this module light
+    from relay.endpoints.health import Health  # health imports store; keep this module light
 
     try:
         stats = await store.stats()

@@ -28,13 +28,15 @@ import aiohttp
 import orjson
 import structlog
 
-from relay import metrics, retry, sender
-from relay.groupcommit import GroupCommit, log_failure
-from relay.health import Health, Settled, Windows
-from relay.keys import ShardKeys
-from relay.retention import Retention
+from relay.delivery import sender
+from relay.delivery.groupcommit import GroupCommit, log_failure
+from relay.domain import retry
+from relay.endpoints.health import Health, Settled, Windows
+from relay.ops import metrics
+from relay.ops.retention import Retention
+from relay.queue.keys import ShardKeys
+from relay.queue.store import Claimed, Outcome, Store
 from relay.settings import Settings
-from relay.store import Claimed, Outcome, Store
 
 log = structlog.get_logger("relay.worker")
 
