@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit, urlunsplit
 
-from relay.domain.retry import parse_duration, parse_schedule
+from relay.domain.retry import max_attempts_for, parse_duration, parse_schedule
 
 DEFAULT_SCHEDULE = "5s,5m,30m,2h,5h,10h,10h"
 
@@ -39,6 +39,7 @@ def _redact_url(url: str) -> str:
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url_given: bool = False  # RELAY_REDIS_URL was set (else `relay dev` may start one)
     redis_cluster: bool = False
     key_prefix: str = "relay"
     shards: int = 1
@@ -86,7 +87,19 @@ class Settings:
 
     @property
     def max_attempts(self) -> int:
-        return len(self.retry_schedule) + 1
+        return max_attempts_for(self.retry_schedule)
+
+    @classmethod
+    def for_dev(
+        cls, env: Mapping[str, str] | None = None, *, console: bool, **overrides: object
+    ) -> Settings:
+        """``relay dev``'s settings: endpoints on loopback and private networks allowed,
+        and console logs on a terminal, unless the ``RELAY_*`` variables say otherwise."""
+        dev = dict(os.environ if env is None else env)
+        dev.setdefault("RELAY_ALLOW_PRIVATE_NETWORKS", "1")
+        if console:
+            dev.setdefault("RELAY_LOG_FORMAT", "console")
+        return cls.from_env(dev, **overrides)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -109,6 +122,7 @@ class Settings:
 
         flag = _flag
         convert("REDIS_URL", "redis_url", str)
+        values["redis_url_given"] = "redis_url" in values
         convert("REDIS_CLUSTER", "redis_cluster", flag)
         convert("KEY_PREFIX", "key_prefix", _prefix)
         convert("SHARDS", "shards", _positive_int)

@@ -9,8 +9,16 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from relay.api import deliveries, endpoints, events, ops, ui  # noqa: F401  (routes register)
-from relay.api.common import ENDPOINT_CACHE, ROUTES, SETTINGS, STORE, errors_and_auth
+from relay.api.common import (
+    ENDPOINT_CACHE,
+    PUBLISHER,
+    ROUTES,
+    SETTINGS,
+    STORE,
+    errors_and_auth,
+)
 from relay.endpoints.cache import EndpointCache
+from relay.publishing import Publisher
 from relay.queue.store import Store, connect
 from relay.settings import Settings
 
@@ -30,6 +38,7 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
         app[STORE] = store or Store(connect(settings), settings)
         await app[STORE].start()
         app[ENDPOINT_CACHE] = EndpointCache(app[STORE])
+        app[PUBLISHER] = Publisher(app[STORE], app[ENDPOINT_CACHE].endpoints_for_app)
         listener = asyncio.create_task(app[ENDPOINT_CACHE].run(), name="relay-endpoint-cache")
         yield
         listener.cancel()

@@ -20,6 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay.endpoints.cache import EndpointCache
+from relay.publishing import Publisher
 from relay.queue.store import Store
 from relay.settings import Settings
 
@@ -37,6 +38,7 @@ REDIS_UNAVAILABLE = (
 
 STORE = web.AppKey("store", Store)
 ENDPOINT_CACHE = web.AppKey("endpoint_cache", EndpointCache)
+PUBLISHER = web.AppKey("publisher", Publisher)
 SETTINGS = web.AppKey("settings", Settings)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

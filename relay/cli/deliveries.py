@@ -1,0 +1,203 @@
+"""Operator commands over deliveries: ``stats``, ``dead``, ``replay``, ``purge``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from relay.cli.output import TIME, cut, emit, iso, json_option, print_rows, with_store
+from relay.ops.retention import Retention
+from relay.queue.store import Store
+
+
+@click.command()
+@json_option
+def stats(as_json: bool) -> None:
+    """Counts by status, queue depth, oldest due age.
+
+    \b
+    Example:
+      relay stats
+      relay stats --json | jq .queue.due
+    """
+    data = with_store(lambda s: s.stats())
+
+    def table(d: dict[str, Any]) -> None:
+        q = d["queue"]
+        print_rows(
+            [[f"deliveries {k}", v] for k, v in d["counts"].items()]
+            + [
+                ["queue due now", q["due"]],
+                ["queue scheduled later", q["scheduled"]],
+                ["queue processing", q["processing"]],
+                ["oldest due age (s)", q["oldest_due_age_seconds"]],
+                ["leases reclaimed (all time)", d["reclaimed_total"]],
+                ["shards", d["shards"]],
+            ],
+            ["metric", "value"],
+        )
+
+    emit(data, as_json, table)
+
+
+@click.command()
+@click.option("--endpoint", "endpoint_id", metavar="ID", help="Only this endpoint's dead letters.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 500),
+    default=50,
+    show_default=True,
+    help="Show at most this many (newest first).",
+)
+@json_option
+def dead(endpoint_id: str | None, limit: int, as_json: bool) -> None:
+    """List dead deliveries, newest first.
+
+    \b
+    Example:
+      relay dead --endpoint ep_01J... --limit 20
+    """
+    rows, more = with_store(
+        lambda s: s.list_deliveries(status="dead", endpoint_id=endpoint_id, limit=limit)
+    )
+
+    def table(rs: list[dict[str, Any]]) -> None:
+        print_rows(
+            [
+                [
+                    r["id"],
+                    r["endpoint_id"],
+                    r.get("type"),
+                    r["attempts"],
+                    r["last_status_code"],
+                    cut(r["last_error"], 40),
+                    iso(r.get("finished_at")),
+                ]
+                for r in rs
+            ],
+            ["delivery", "endpoint", "type", "attempts", "status", "last_error", "died_at"],
+        )
+        if more:
+            click.echo(f"(showing the newest {limit}; raise --limit for more)", err=True)
+
+    emit(rows, as_json, table)
+
+
+async def _replay_all_dead(store: Store, endpoint_id: str | None, since: int | None) -> dict:
+    """Walk dead letters page by page (newest first) and replay each page in one go."""
+    total = 0
+    for sk in store.keys.all_shards():
+        total += int(await store.redis.zcount(sk.dead, since if since else "-inf", "+inf"))
+    with click.progressbar(length=total, label="replaying dead deliveries", file=sys.stderr) as bar:
+        replayed, refused = await store.replay_dead(
+            endpoint_id=endpoint_id, since=since, on_page=bar.update
+        )
+        bar.update(max(0, total - bar.pos))  # the total was an upper bound: finish the bar
+    return {"replayed": replayed, "not_replayable": refused}
+
+
+@click.command(short_help="Replay deliveries by ID, or all dead ones.")
+@click.argument("delivery_ids", nargs=-1, metavar="[ID]...")
+@click.option(
+    "--all-dead", is_flag=True, help="Replay every dead delivery (narrow with the options below)."
+)
+@click.option(
+    "--endpoint", "endpoint_id", metavar="ID", help="With --all-dead: only this endpoint's."
+)
+@click.option("--since", type=TIME, help="With --all-dead: only those that died at or after TIME.")
+@json_option
+def replay(
+    delivery_ids: tuple[str, ...],
+    all_dead: bool,
+    endpoint_id: str | None,
+    since: int | None,
+    as_json: bool,
+) -> None:
+    """Put dead or succeeded deliveries back to pending, with a fresh attempt budget.
+
+    Give delivery IDs, or --all-dead. Exits 1 when any ID was not replayed (unknown, or
+    pending/delivering).
+
+    \b
+    Examples:
+      relay replay dlv_01J... dlv_01J...
+      relay replay --all-dead --endpoint ep_01J... --since 2h
+    """
+    if all_dead:
+        if delivery_ids:
+            raise click.UsageError("give delivery IDs or --all-dead, not both")
+        result = with_store(lambda s: _replay_all_dead(s, endpoint_id, since))
+        if as_json:
+            emit(result, True, lambda _: None)
+        else:
+            click.echo(f"replayed {result['replayed']} dead deliveries")
+            if result["not_replayable"]:
+                click.echo(f"{result['not_replayable']} were no longer dead (replayed meanwhile)")
+        return
+    if endpoint_id is not None or since is not None:
+        raise click.UsageError("--endpoint and --since go with --all-dead")
+    if not delivery_ids:
+        raise click.UsageError("give one or more delivery IDs, or --all-dead")
+    result = with_store(lambda s: s.replay(list(delivery_ids)))
+    emit(
+        result,
+        as_json,
+        lambda r: print_rows(
+            [
+                [k, "replayed" if v == "ok" else f"not replayed: {v or 'not found'}"]
+                for k, v in r.items()
+            ],
+            ["delivery", "result"],
+        ),
+    )
+    failed = sum(1 for v in result.values() if v != "ok")
+    if failed:
+        click.echo(f"Error: {failed} of {len(result)} not replayed", err=True)
+        sys.exit(1)
+
+
+async def _purge(store: Store, before: int) -> dict[str, Any]:
+    cutoff = before - 1  # expire.lua removes "at or before" its cutoff; TIME is exclusive
+    total = 0
+    for sk in store.keys.all_shards():
+        total += int(await store.redis.zcount(sk.succeeded, "-inf", cutoff))
+    with click.progressbar(length=total, label="purging", file=sys.stderr) as bar:
+        done = await Retention(store).expire(
+            succeeded_before=cutoff, progress=lambda got: bar.update(got.deliveries)
+        )
+    return {"deliveries": done.deliveries, "events": done.events, "before": iso(before)}
+
+
+@click.command(short_help="Remove succeeded deliveries finished before TIME.")
+@click.option(
+    "--succeeded-before",
+    "before",
+    type=TIME,
+    required=True,
+    help="Remove succeeded deliveries that finished before TIME (e.g. 2d, or an ISO time).",
+)
+@json_option
+def purge(before: int, as_json: bool) -> None:
+    """Remove succeeded deliveries now, rather than at RELAY_RETENTION.
+
+    Removes each delivery's record and attempt log and its index entries, and an event
+    with its last delivery (the same script the workers' retention sweeper runs).
+    Pending, in-flight and dead deliveries are never touched.
+
+    \b
+    Example:
+      relay purge --succeeded-before 1d
+    """
+    result = with_store(lambda s: _purge(s, before))
+    if as_json:
+        emit(result, True, lambda _: None)
+    else:
+        click.echo(
+            f"removed {result['deliveries']} succeeded deliveries and {result['events']} "
+            f"events (finished before {result['before']})"
+        )
+
+
+COMMANDS = (stats, dead, replay, purge)

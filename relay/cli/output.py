@@ -1,0 +1,106 @@
+"""What every operator command shares: settings, a started Store, tables, JSON, TIME."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+import orjson
+
+from relay.domain.retry import parse_duration
+from relay.queue.store import Store, connect
+from relay.settings import Settings, SettingsError
+
+T = TypeVar("T")
+
+
+def settings_from_env(**overrides: Any) -> Settings:
+    try:
+        return Settings.from_env(**overrides)
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def with_store(fn: Callable[[Store], Awaitable[T]]) -> T:
+    """Run ``fn`` against a started Store; Redis trouble becomes a one-line error, exit 1."""
+    settings = settings_from_env()
+
+    async def go() -> T:
+        store = Store(connect(settings), settings)
+        try:
+            await store.start()
+            return await fn(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except (OSError, ConnectionError) as exc:
+        raise click.ClickException(f"cannot reach Redis (RELAY_REDIS_URL): {exc}") from None
+    except Exception as exc:
+        if type(exc).__module__.startswith("redis"):
+            if "connect" in str(exc).lower() or "Connection" in type(exc).__name__:
+                raise click.ClickException(f"cannot reach Redis (RELAY_REDIS_URL): {exc}") from None
+            raise click.ClickException(f"Redis error: {exc}") from None
+        raise
+
+
+def iso(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def cut(text: Any, width: int = 60) -> str:
+    s = "" if text is None else str(text).replace("\n", " ")
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def emit(data: Any, as_json: bool, table: Callable[[Any], None]) -> None:
+    if as_json:
+        click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    else:
+        table(data)
+
+
+def print_rows(rows: list[list[Any]], headers: list[str]) -> None:
+    cells = [headers] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+class TimeParam(click.ParamType):
+    """A point in time: ISO 8601 (UTC unless it says otherwise) or a duration ago (2h)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        try:
+            return int((datetime.now(UTC).timestamp() - parse_duration(text)) * 1000)
+        except ValueError:
+            pass
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(
+                f"{text!r} is neither an ISO 8601 time (2026-01-31T14:00:00Z) "
+                "nor a duration ago (30m, 2h, 7d)",
+                param,
+                ctx,
+            )
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return int(when.timestamp() * 1000)
+
+
+TIME = TimeParam()
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of a table."
+)

@@ -1,0 +1,98 @@
+"""The long-lived processes: ``relay api``, ``relay worker``, ``relay dev``, ``relay receiver``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from relay.cli.output import settings_from_env
+from relay.settings import Settings, SettingsError
+
+
+@click.command()
+@click.option("--host", help="Bind address (RELAY_HOST).")
+@click.option("--port", type=int, help="Bind port (RELAY_PORT).")
+def api(host: str | None, port: int | None) -> None:
+    """Run the HTTP API, the dashboard and /metrics."""
+    from relay.runner import run
+
+    settings = settings_from_env(host=host, port=port)
+    if not settings.api_tokens and not settings.auth_disabled:
+        raise click.UsageError(
+            "RELAY_API_TOKENS is not set: set one or more tokens, or RELAY_AUTH_DISABLED=1"
+        )
+    run(settings, with_api=True, with_worker=False)
+
+
+@click.command()
+@click.option("--concurrency", type=int, help="Sends in flight (RELAY_WORKER_CONCURRENCY).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics on this port, on RELAY_HOST (RELAY_METRICS_PORT; 0 = off).",
+)
+def worker(concurrency: int | None, metrics_port: int | None) -> None:
+    """Run a delivery worker: claim due deliveries and send them.
+
+    Each worker also sweeps expired deliveries (RELAY_RETENTION, RELAY_DEAD_RETENTION)
+    every RELAY_SWEEP_INTERVAL.
+    """
+    from relay.runner import run
+
+    settings = settings_from_env(worker_concurrency=concurrency, metrics_port=metrics_port)
+    run(settings, with_api=False, with_worker=True)
+
+
+@click.command()
+@click.option("--host", help="Bind address (RELAY_HOST).")
+@click.option("--port", type=int, help="Bind port (RELAY_PORT).")
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=Path(".relay"),
+    show_default=True,
+    help="Where a private Redis keeps its data.",
+)
+def dev(host: str | None, port: int | None, data_dir: Path) -> None:
+    """API and worker in one process, for a laptop.
+
+    Starts a private redis-server (append-only file on) when RELAY_REDIS_URL is unset
+    and nothing answers on the default URL; makes an API token when none is set;
+    allows endpoints on loopback and private networks unless
+    RELAY_ALLOW_PRIVATE_NETWORKS says otherwise.
+    """
+    from relay.runner import run_dev
+
+    try:
+        settings = Settings.for_dev(console=sys.stderr.isatty(), host=host, port=port)
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
+    run_dev(settings, redis_url_given=settings.redis_url_given, data_dir=data_dir)
+
+
+@click.command(short_help="A local demo receiver that prints every webhook.")
+@click.option("--port", type=int, default=9000, show_default=True, help="Port to listen on.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (0.0.0.0 inside a container so workers can reach it).",
+)
+@click.option(
+    "--status",
+    type=int,
+    default=200,
+    show_default=True,
+    help="Status code to answer with (e.g. 500 to see retries, 410 to see dead).",
+)
+@click.option("--secret", help="Verify signatures with this whsec_ secret.")
+def receiver(port: int, host: str, status: int, secret: str | None) -> None:
+    """A demo receiver (on 127.0.0.1 by default) that prints every webhook it gets."""
+    from relay.demo import run_receiver
+
+    run_receiver(host=host, port=port, status=status, secret=secret)
+
+
+COMMANDS = (api, worker, dev, receiver)

@@ -1,0 +1,77 @@
+"""Publishing without HTTP: the service the API (and any connector) calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from relay.domain import ids
+from relay.domain.schema import EventIn, endpoint_record
+from relay.publishing import (
+    IdempotencyKeyReused,
+    PayloadTooLarge,
+    Publisher,
+    UnknownEndpoints,
+    select_targets,
+    shard_for,
+)
+from relay.queue.store import Store
+from tests.test_api import snapshot
+
+
+def event(**fields: Any) -> EventIn:
+    fields.setdefault("payload", {"n": 1})
+    return EventIn.model_validate(fields)
+
+
+def test_select_targets_by_enabled_and_type_and_ids() -> None:
+    a = endpoint_record(url="http://127.0.0.1:1/a", event_types=["order.*"])
+    b = endpoint_record(url="http://127.0.0.1:1/b", event_types=["user.created"])
+    off = endpoint_record(url="http://127.0.0.1:1/c", enabled=False)
+    eps = [a, b, off]
+    assert select_targets(eps, event(type="order.paid")) == [a]
+    assert select_targets(eps, event(type="user.created")) == [b]
+    assert select_targets(eps, event(type="order.paid", endpoint_ids=[b["id"]])) == []
+    with pytest.raises(UnknownEndpoints, match="ep_nosuch"):
+        select_targets(eps, event(type="order.paid", endpoint_ids=["ep_nosuch"]))
+
+
+def test_an_idempotency_key_always_lands_on_one_shard() -> None:
+    assert len({shard_for("shop", "k-1", 8) for _ in range(50)}) == 1
+    assert all(0 <= shard_for("shop", None, 8) < 8 for _ in range(50))
+
+
+@pytest.mark.parametrize("kind", ["fake", "real"])
+async def test_publisher_stores_the_event_and_its_deliveries(
+    kind: str, fake_store: Store, make_store: Any
+) -> None:
+    store = fake_store if kind == "fake" else await make_store(shards=3)
+    ep = endpoint_record(url="http://127.0.0.1:1/x", app="shop")
+    await store.put_endpoint(ep)
+    done = await Publisher(store).publish(event(type="order.paid", app="shop"))
+    assert done.created
+    (dlv,) = done.answer["deliveries"]
+    assert dlv["endpoint_id"] == ep["id"]
+    assert ids.shard_of(dlv["id"]) == ids.shard_of(done.answer["id"])
+    stored = await store.get_delivery(dlv["id"])
+    assert stored is not None and stored["status"] == "pending"
+    got = await store.get_event(done.answer["id"])
+    assert got is not None and got["payload"] == {"n": 1}
+
+
+async def test_publisher_idempotency_and_refusals_write_nothing(make_store: Any) -> None:
+    store = await make_store(max_payload_bytes=100)
+    await store.put_endpoint(endpoint_record(url="http://127.0.0.1:1/x"))
+    publisher = Publisher(store)
+    first = await publisher.publish(event(type="a"), idempotency_key="k")
+    before = await snapshot(store)
+    again = await publisher.publish(event(type="a"), idempotency_key="k")
+    assert not again.created and again.answer == first.answer
+    with pytest.raises(IdempotencyKeyReused):
+        await publisher.publish(event(type="a", payload={"n": 2}), idempotency_key="k")
+    with pytest.raises(PayloadTooLarge):
+        await publisher.publish(event(type="a", payload="x" * 200))
+    with pytest.raises(UnknownEndpoints):
+        await publisher.publish(event(type="a", endpoint_ids=["ep_nosuch"]))
+    assert await snapshot(store) == before
