@@ -43,6 +43,7 @@ SETTINGS = web.AppKey("settings", Settings)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 class ApiError(web.HTTPException):
@@ -56,6 +57,13 @@ class ApiError(web.HTTPException):
             text=orjson.dumps({"error": code, "message": message, **extra}).decode(),
             content_type="application/json",
         )
+
+
+def found(thing: T | None, kind: str, ident: str) -> T:
+    """``thing``, or a 404 ``not_found`` naming the ``kind`` and id that do not exist."""
+    if thing is None:
+        raise ApiError(404, "not_found", f"{kind} {ident} does not exist")
+    return thing
 
 
 def json(data: Any, status: int = 200) -> web.Response:

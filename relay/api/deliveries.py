@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from relay.api.common import STORE, ApiError, body, json, query, route
+from relay.api.common import STORE, ApiError, body, found, json, query, route
 from relay.api.endpoints import load as load_endpoint
 from relay.api.models import (
     DeliveryDetail,
@@ -47,10 +47,8 @@ async def list_(request: web.Request) -> web.Response:
     responses={200: DeliveryDetail, 404: ErrorOut},
 )
 async def read(request: web.Request) -> web.Response:
-    delivery = await request.app[STORE].get_delivery(request.match_info["id"])
-    if delivery is None:
-        raise ApiError(404, "not_found", f"delivery {request.match_info['id']} does not exist")
-    return json(delivery)
+    ident = request.match_info["id"]
+    return json(found(await request.app[STORE].get_delivery(ident), "delivery", ident))
 
 
 @route(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from relay.api.common import PUBLISHER, STORE, ApiError, body, json, route
+from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, route
 from relay.api.models import ErrorOut, EventDetail, EventIn, EventOut
 from relay.domain import signing
 from relay.publishing import PublishError
@@ -45,8 +45,7 @@ async def publish(request: web.Request) -> web.Response:
     responses={200: EventDetail, 404: ErrorOut},
 )
 async def read(request: web.Request) -> web.Response:
-    event = await request.app[STORE].get_event(request.match_info["id"])
-    if event is None:
-        raise ApiError(404, "not_found", f"event {request.match_info['id']} does not exist")
+    ident = request.match_info["id"]
+    event = found(await request.app[STORE].get_event(ident), "event", ident)
     event["created_at"] = signing.rfc3339_ms(event["created_at"])
     return json(event)
