@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import secrets
 import signal
 import sys
@@ -15,8 +16,11 @@ from aiohttp import web
 
 from relay import logs
 from relay.api import create_app
+from relay.delivery.attempt import BeforeSend
 from relay.delivery.worker import Worker
-from relay.queue.store import Store, connect
+from relay.ops import metrics
+from relay.ops.retention import Retention
+from relay.queue.store import Claimed, Store, connect
 from relay.redisproc import RedisServer, free_port
 from relay.settings import Settings
 
@@ -46,6 +50,42 @@ async def _start_store(store: Store, stop: asyncio.Event) -> bool:
             delay = min(delay * 2, 2.0)
 
 
+def crash_hook(marker: str) -> BeforeSend | None:
+    """Test hook (``RELAY_TEST_CRASH_MARKER``): a delivery whose body contains ``marker``
+    kills its worker process (exit 86) before its request, every time: a poison message."""
+    if not marker:
+        return None
+
+    def crash(claim: Claimed) -> None:
+        if marker in claim.body:
+            os._exit(86)
+
+    return crash
+
+
+async def run_worker(
+    store: Store, stop: asyncio.Event, worker: Worker | None = None, *, burst: bool = False
+) -> None:
+    """What a worker process runs: the worker and, beside it, the retention sweeper
+    (every ``RELAY_SWEEP_INTERVAL``) and, when ``RELAY_METRICS_PORT`` is set, a /metrics
+    exporter, which stops with the worker."""
+    if worker is None:
+        hook = crash_hook(store.settings.test_crash_marker)
+        worker = Worker(store, store.settings, before_send=hook)
+    settings = worker.settings
+    exporter = None  # each replica serves its own /metrics when RELAY_METRICS_PORT is set
+    if settings.metrics_port:
+        exporter = await metrics.serve(store, settings.host, settings.metrics_port)
+    sweeper = asyncio.create_task(Retention(store).run(), name="relay-sweeper")
+    try:
+        await worker.run(stop, burst=burst)
+    finally:
+        sweeper.cancel()
+        await asyncio.gather(sweeper, return_exceptions=True)
+        if exporter is not None:
+            await exporter.cleanup()
+
+
 async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
     """Run the API and/or a worker until SIGTERM or SIGINT."""
     stop = asyncio.Event()
@@ -63,7 +103,7 @@ async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> Non
             await web.TCPSite(runner, settings.host, settings.port).start()
             log.info("api.listening", url=f"http://{settings.host}:{settings.port}")
         if with_worker:
-            tasks.append(asyncio.create_task(Worker(store, settings).run(stop)))
+            tasks.append(asyncio.create_task(run_worker(store, stop)))
         await stop.wait()
         log.info("shutdown.begin")
         await asyncio.gather(*tasks)

@@ -69,8 +69,9 @@ class Settings:
     slow_send_after: float = 1.0
     log_format: str = "json"
     log_level: str = "info"
-    # Test hook (crash-injection and poison-message tests): a worker that is about to
-    # send a body containing this marker kills its own process first.
+    # Test hook (crash-injection and poison-message tests): the worker of a `relay worker`
+    # process about to send a body containing this marker kills its own process first
+    # (relay.runner.crash_hook, given to the Worker as its before_send hook).
     test_crash_marker: str = ""
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 

@@ -236,7 +236,13 @@ async def test_api_publish_and_worker_deliver_every_event_once(
 
     async with api("GET", "/v1/stats") as resp:
         stats = await resp.json()
-    assert stats["counts"] == {"pending": 0, "delivering": 0, "succeeded": 300, "dead": 0}
+    assert stats["counts"] == {
+        "pending": 0,
+        "held": 0,
+        "delivering": 0,
+        "succeeded": 300,
+        "dead": 0,
+    }
     assert stats["shards"] == 3
     for path in ("/readyz", "/metrics", "/v1/ui/overview", "/v1/ui/deliveries"):
         async with api("GET", path) as resp:

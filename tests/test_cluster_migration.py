@@ -150,7 +150,13 @@ async def test_slot_moved_while_deliveries_flow(
     assert len(published) == total and set(got) == set(published)
     assert set(got.values()) == {1}, [d for d, n in got.items() if n > 1][:5]
     stats = await publisher.stats()
-    assert stats["counts"] == {"pending": 0, "delivering": 0, "succeeded": total, "dead": 0}
+    assert stats["counts"] == {
+        "pending": 0,
+        "held": 0,
+        "delivering": 0,
+        "succeeded": total,
+        "dead": 0,
+    }
     assert stats["reclaimed_total"] == 0
     # The split really was met: claims (and publishes) on shard 0 were refused.
     assert worker_store.scripts.refused.get("claim", 0) > 0

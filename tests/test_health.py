@@ -2,8 +2,9 @@
 
 ``lua/admit.lua`` and ``lua/settle.lua`` are called here through
 :class:`relay.endpoints.health.Health` (from many concurrent callers where exclusivity is
-the point), and an in-process :class:`relay.delivery.worker.Worker` shows deferral, holding and auto-disabling end to end. The
-measurements across several worker processes are in ``test_pacing_processes.py``.
+the point), and an in-process :class:`relay.delivery.worker.Worker` shows deferral, holding
+and auto-disabling end to end. The measurements across several worker processes are in
+``test_pacing_processes.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from aiohttp import web
 from test_pacing_processes import add_endpoint, publish, until
 
 from relay.delivery.worker import Worker
-from relay.endpoints.health import Health, Windows, burst_for
+from relay.endpoints.health import Health, Settled, Windows, burst_for
+from relay.endpoints.lifecycle import should_disable
 from relay.queue.store import Store
 
 pytestmark = pytest.mark.realredis
@@ -173,6 +175,15 @@ def test_windows_start_small_grow_on_success_and_spread_what_waits() -> None:
     assert Windows(concurrency=1, http_timeout=1, slow_send_after=1).window("x") == 1
 
 
+def test_auto_disable_policy_needs_disable_after_of_failing_without_a_success() -> None:
+    def settled(failing_since: int) -> Settled:
+        return Settled("open", 9, 0, failing_since, 0)
+
+    assert not should_disable(settled(0), 10.0, 10**13)  # not failing
+    assert not should_disable(settled(1_000), 10.0, 10_999)
+    assert should_disable(settled(1_000), 10.0, 11_000)
+
+
 # ---------------------------------------------------------------------- worker
 
 
@@ -232,7 +243,7 @@ async def test_reenable_racing_a_hold_does_not_strand_the_delivery(
     """The endpoint is re-enabled (and held deliveries resumed) after a worker saw it
     disabled but before its hold ran: the delivery must not stay parked.
 
-    Seen failing (without the re-check in ``Worker._hold``): the delivery stayed in the
+    Seen failing (without the re-check in ``Lifecycle.hold``): the delivery stayed in the
     held set, pending, and was never sent.
     """
     store = await make_store()
@@ -262,7 +273,7 @@ async def test_shutdown_frees_the_endpoint_slots_of_handed_back_sends(
 ) -> None:
     """Sends handed back at shutdown free their max_in_flight slots at once.
 
-    Seen failing: without the neutral settle in ``Worker._shutdown``, both slots stay
+    Seen failing: without the neutral settle in ``Leases.hand_back``, both slots stay
     in the endpoint's in-flight set until they expire (timeout + 2 s), holding other
     workers off the endpoint.
     """

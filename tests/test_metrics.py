@@ -24,6 +24,7 @@ from relay.domain.schema import endpoint_record
 from relay.ops import metrics
 from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer, free_port
+from relay.runner import run_worker
 
 pytestmark = pytest.mark.realredis
 
@@ -167,12 +168,13 @@ async def test_series_move_as_deliveries_happen(
 
 
 async def test_worker_serves_its_own_metrics(make_store: Any) -> None:
-    """RELAY_METRICS_PORT: `relay worker` (here an in-process Worker) serves /metrics."""
+    """RELAY_METRICS_PORT: `relay worker` (here in-process, as the runner runs it) serves
+    /metrics."""
     port = free_port()
     store = await make_store(metrics_port=port, host="127.0.0.1")
     await publish(store, await add_endpoint(store, "http://127.0.0.1:9/"))
     stop = asyncio.Event()
-    task = asyncio.create_task(Worker(store, store.settings).run(stop))
+    task = asyncio.create_task(run_worker(store, stop))
     try:
         for _ in range(100):  # the exporter starts with the worker
             try:

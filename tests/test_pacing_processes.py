@@ -564,7 +564,7 @@ async def test_failing_endpoint_is_disabled_held_and_resumed(
     print("auto-disable: requests before disabling", arrivals)
     for row in held.values():
         assert row is not None
-        assert (row["status"], row["held"]) == ("pending", "endpoint_disabled")
+        assert (row["status"], row["held"]) == ("held", "endpoint_disabled")
         assert row["attempts"] == len(row["attempt_log"])  # holding charged nothing
         assert all(e["status_code"] == 500 for e in row["attempt_log"])
     assert held[late]["attempts"] == 0

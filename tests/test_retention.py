@@ -25,6 +25,7 @@ from relay.domain.schema import endpoint_record
 from relay.ops.retention import NONE, Retention
 from relay.queue.store import Outcome, Store, connect
 from relay.redisproc import RedisServer
+from relay.runner import run_worker
 
 FAR = 10**15  # a cutoff after everything: "a very long time has passed"
 
@@ -359,9 +360,9 @@ async def test_50k_deliveries_leave_memory_and_keys_where_they_started(
 
     A private ``redis-server`` (no AOF, nothing else on it) so ``used_memory`` is ours.
     Published in batches of Store.publish calls while one in-process Worker (concurrency
-    64) delivers to the local receiver and its sweeper (every 0.2 s) expires what
-    succeeded. With the sweeper off (``Retention.run`` returning at once) the test fails:
-    100,000 keys and every index stay.
+    64, run as ``relay worker`` runs it) delivers to the local receiver and its sweeper
+    (every 0.2 s) expires what succeeded. With the sweeper off (``Retention.run``
+    returning at once) the test fails: 100,000 keys and every index stay.
     """
     server = RedisServer(data_dir=tmp_path, appendonly=False)
     server.start()
@@ -385,7 +386,7 @@ async def test_50k_deliveries_leave_memory_and_keys_where_they_started(
 
         stop = asyncio.Event()
         worker = Worker(store, settings)
-        task = asyncio.create_task(worker.run(stop))
+        task = asyncio.create_task(run_worker(store, stop, worker))
         peak_keys = 0
         for start in range(0, TOTAL, PUBLISH_BATCH):
             await asyncio.gather(

@@ -14,10 +14,10 @@ import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from test_pacing_processes import publish
 
-from relay.api.endpoints import ROTATION_GRACE_MS
 from relay.delivery.worker import Worker
 from relay.domain.schema import RESERVED_HEADERS
 from relay.domain.signing import secret_bytes, signed_headers
+from relay.endpoints.lifecycle import ROTATION_GRACE_MS
 
 pytestmark = pytest.mark.realredis
 

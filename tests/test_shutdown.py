@@ -41,10 +41,11 @@ async def test_sigterm_drains_within_grace_and_hands_back_the_rest(
     Seen failing, each in a scratch copy of the repository:
     * with release.lua's ``HINCRBY ... "attempts", -1`` deleted, the handed-back slow
       deliveries kept ``attempts`` 1 ("assert 1 == 0");
-    * with ``Worker._shutdown`` not calling ``store.release`` (claims left to their
-      leases), the slow deliveries stayed 'delivering' ("assert 'delivering' == 'pending'");
+    * with ``Leases.hand_back`` (was ``Worker._shutdown``) not calling ``store.release``
+      (claims left to their leases), the slow deliveries stayed 'delivering'
+      ("assert 'delivering' == 'pending'");
     * with ``Worker.run`` leaving the claim loop running during the drain (the loop
-      driven by an event that is never set, ``_shutdown`` started on ``stop``), the
+      driven by an event that is never set, the hand-back started on ``stop``), the
       slots the quick answers freed were refilled from the waiting 'extra' events, which
       reached the receiver ("Extra items in the left set").
     """

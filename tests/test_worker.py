@@ -21,11 +21,13 @@ from standardwebhooks.webhooks import Webhook
 
 import relay.delivery.worker
 from relay import __version__
+from relay.delivery import attempt, sender
 from relay.delivery.worker import Worker
 from relay.domain import ids, signing
 from relay.domain.schema import endpoint_record
-from relay.queue.store import Store
+from relay.queue.store import Claimed, Store
 from relay.redisproc import free_port
+from relay.settings import Settings
 
 pytestmark = pytest.mark.realredis
 
@@ -261,7 +263,7 @@ async def test_deleted_endpoint_goes_dead(make_store: Any, receiver: Any) -> Non
 async def test_lease_is_extended_while_a_send_is_in_flight(make_store: Any, receiver: Any) -> None:
     """A send that outlives its lease (0.6 s) is kept by the heartbeat: two workers are
     running, and neither reclaims nor re-sends it. Seen failing with
-    ``Worker._heartbeat`` monkeypatched to a coroutine that only sleeps."""
+    ``Leases.heartbeat`` monkeypatched to a coroutine that only sleeps."""
     store = await make_store(lease_seconds=0.6)
 
     async def slow(request: web.Request) -> web.Response:
@@ -352,3 +354,42 @@ async def test_logs_carry_ids_and_no_secrets(make_store: Any, receiver: Any) -> 
         for part in sig.split():
             assert part.split(",", 1)[1] not in text
     assert "hush" not in text
+
+
+# ---------------------------------------------------------------------- one attempt (pure)
+
+
+def test_attempt_classifies_answers_and_builds_the_log_entry() -> None:
+    settings = Settings.from_env({"RELAY_RETRY_SCHEDULE": "5s,5m", "RELAY_RETRY_JITTER": "0"})
+    c = Claimed("dlv_1", "tok", 1, 3, "evt_1", "ep_1", "{}")
+
+    def answer(status: int | None, retry_after: str | None = None) -> sender.Response:
+        return sender.Response(status, "", "", retry_after, 0.01, "ok")
+
+    assert [attempt.verdict(s) for s in (200, 299, 429, 503, 410, None)] == [
+        "1",
+        "1",
+        "-",
+        "0",
+        "0",
+        "0",
+    ]
+    assert attempt.decide(c, answer(200), settings).outcome == "succeeded"
+    assert attempt.decide(c, answer(410), settings).outcome == "dead"
+    assert attempt.decide(c, answer(500), settings).delay == 5.0
+    later = attempt.decide(c, answer(429, "60"), settings, clock=lambda: 0.0)
+    assert (later.outcome, later.delay) == ("retry", 60.0)
+    done = attempt.outcome(
+        c, "retry", 5000, 500, "http_status", "x" * 600, worker="w1", at_ms=7, duration=0.0123
+    )
+    assert (done.id, done.token, done.outcome, done.delay_ms) == ("dlv_1", "tok", "retry", 5000)
+    assert orjson.loads(done.entry) == {
+        "attempt": 1,
+        "at": 7,
+        "duration_ms": 12.3,
+        "status_code": 500,
+        "error": "http_status",
+        "detail": "x" * sender.BODY_CAP,
+        "outcome": "retry",
+        "worker": "w1",
+    }

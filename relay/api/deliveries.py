@@ -14,6 +14,7 @@ from relay.api.models import (
     RecoverIn,
     RecoverOut,
     ReplayOut,
+    UiDeliveryQuery,
 )
 
 
@@ -25,12 +26,19 @@ from relay.api.models import (
     responses={200: DeliveryList, 422: ErrorOut},
 )
 async def list_(request: web.Request) -> web.Response:
-    q = query(request, DeliveryQuery)
+    return await listing(request, DeliveryQuery)
+
+
+async def listing(
+    request: web.Request, model: type[DeliveryQuery | UiDeliveryQuery]
+) -> web.Response:
+    """One page of deliveries for a query of ``model`` (the API's, or the dashboard's)."""
+    q = query(request, model)
     try:
         rows, cursor = await request.app[STORE].list_deliveries(
             status=q.status,
             endpoint_id=q.endpoint_id,
-            event_id=q.event_id,
+            event_id=getattr(q, "event_id", None),
             event_type=q.type,
             limit=q.limit,
             cursor=q.cursor,

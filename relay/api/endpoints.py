@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from aiohttp import web
@@ -17,17 +16,19 @@ from relay.api.models import (
     ErrorOut,
     SecretOut,
 )
-from relay.domain import signing
-from relay.domain.schema import endpoint_record, public_endpoint
+from relay.domain.schema import public_endpoint
 from relay.endpoints.health import Health
+from relay.endpoints.lifecycle import Lifecycle
 
-ROTATION_GRACE_MS = 24 * 3600 * 1000
+
+def not_found(request: web.Request) -> ApiError:
+    return ApiError(404, "not_found", f"endpoint {request.match_info['id']} does not exist")
 
 
 async def load(request: web.Request) -> dict[str, Any]:
     endpoint = await request.app[STORE].get_endpoint(request.match_info["id"])
     if endpoint is None:
-        raise ApiError(404, "not_found", f"endpoint {request.match_info['id']} does not exist")
+        raise not_found(request)
     return endpoint
 
 
@@ -40,8 +41,7 @@ async def load(request: web.Request) -> dict[str, Any]:
 )
 async def create(request: web.Request) -> web.Response:
     data, _ = await body(request, EndpointIn)
-    endpoint = endpoint_record(**data.model_dump())
-    await request.app[STORE].put_endpoint(endpoint)
+    endpoint = await Lifecycle(request.app[STORE]).create(data.model_dump())
     return json(public_endpoint(endpoint, with_secret=True), status=201)
 
 
@@ -93,21 +93,9 @@ async def patch(request: web.Request) -> web.Response:
     await load(request)
     data, _ = await body(request, EndpointPatch)
     changes = data.model_dump(exclude_unset=True)
-
-    def apply(endpoint: dict[str, Any]) -> dict[str, Any]:
-        endpoint.update(changes, updated_at=int(time.time() * 1000))
-        if endpoint["enabled"]:
-            endpoint.pop("disabled_reason", None)
-        return endpoint
-
-    done = await request.app[STORE].update_endpoint(request.match_info["id"], apply)
-    if done is None:
-        raise ApiError(404, "not_found", f"endpoint {request.match_info['id']} does not exist")
-    before, endpoint = done
-    if endpoint["enabled"] and not before.get("enabled", True):  # held deliveries resume
-        health = Health(request.app[STORE])
-        await health.reset_failing(endpoint["id"])
-        await health.resume(endpoint["id"])
+    endpoint = await Lifecycle(request.app[STORE]).update(request.match_info["id"], changes)
+    if endpoint is None:
+        raise not_found(request)
     return json((await with_breakers(request, [endpoint]))[0])
 
 
@@ -118,11 +106,7 @@ async def patch(request: web.Request) -> web.Response:
     responses={204: None, 404: ErrorOut},
 )
 async def delete(request: web.Request) -> web.Response:
-    endpoint = await load(request)
-    await request.app[STORE].delete_endpoint(endpoint)
-    # Held deliveries come back and, their endpoint gone, are recorded dead.
-    await Health(request.app[STORE]).resume(endpoint["id"])
-    await request.app[STORE].delete_endpoint_state(endpoint["id"])
+    await Lifecycle(request.app[STORE]).delete(await load(request))
     return web.Response(status=204)
 
 
@@ -133,14 +117,7 @@ async def delete(request: web.Request) -> web.Response:
     responses={200: SecretOut, 404: ErrorOut},
 )
 async def rotate(request: web.Request) -> web.Response:
-    def rotated(endpoint: dict[str, Any]) -> dict[str, Any]:
-        now = int(time.time() * 1000)
-        previous = [p for p in endpoint.get("previous_secrets", []) if p["expires_at"] > now]
-        previous.append({"secret": endpoint["secret"], "expires_at": now + ROTATION_GRACE_MS})
-        endpoint.update(secret=signing.generate_secret(), previous_secrets=previous, updated_at=now)
-        return endpoint
-
-    done = await request.app[STORE].update_endpoint(request.match_info["id"], rotated)
-    if done is None:
-        raise ApiError(404, "not_found", f"endpoint {request.match_info['id']} does not exist")
-    return json({"secret": done[1]["secret"]})
+    endpoint = await Lifecycle(request.app[STORE]).rotate_secret(request.match_info["id"])
+    if endpoint is None:
+        raise not_found(request)
+    return json({"secret": endpoint["secret"]})

@@ -135,6 +135,16 @@ class DeliveryQuery(Strict):
     cursor: Annotated[str | None, Field(max_length=512)] = None
 
 
+class UiDeliveryQuery(Strict):
+    """The dashboard's listing: no event filter, smaller pages."""
+
+    status: Status | None = None
+    endpoint_id: Annotated[str | None, Field(max_length=64)] = None
+    type: TypeFilter = None
+    limit: Annotated[int, Field(ge=1, le=200)] = 25
+    cursor: Annotated[str | None, Field(max_length=512)] = None
+
+
 class EndpointQuery(Strict):
     app: App | None = None
 

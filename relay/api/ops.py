@@ -32,7 +32,7 @@ async def healthz(request: web.Request) -> web.Response:
 )
 async def readyz(request: web.Request) -> web.Response:
     try:
-        await request.app[STORE].redis.ping()
+        await request.app[STORE].ping()
     except Exception as exc:
         return json({"status": "unavailable", "error": type(exc).__name__}, status=503)
     return json({"status": "ready"})

@@ -5,36 +5,33 @@ there is no build step and nothing is fetched from elsewhere. It keeps the API t
 ``sessionStorage`` and polls every few seconds with ``fetch`` (``EventSource`` cannot
 send an ``Authorization`` header, and a token in a URL ends up in logs).
 
-The ``/v1/ui/*`` reads are cheap by construction:
-
-* per-minute outcomes come from the ``succeeded``/``dead``/``deliveries`` sorted sets of
-  each shard (score = finish or creation time), one pipelined ``ZCOUNT`` per minute;
-* per-endpoint success rates look at the endpoint's newest deliveries only (a bounded
-  sample from its index, checked with ``ZMSCORE``), and in-flight counts read the
-  ``processing`` set, which is bounded by the workers' concurrency.
+The ``/v1/ui/*`` reads are cheap by construction (the Store's dashboard reads,
+:mod:`relay.queue.dashboard`): per-minute outcomes are a pipelined ``ZCOUNT`` per
+minute over the finish-time sets; per-endpoint success rates look at a bounded sample of
+each endpoint's newest deliveries; in-flight counts read the ``processing`` set, which is
+bounded by the workers' concurrency.
 """
 
 from __future__ import annotations
 
 import time
 from importlib import resources
-from typing import Annotated, Any
+from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, Field
 from yarl import URL
 
 from relay import __version__
-from relay.api.common import STORE, ApiError, json, query, route
+from relay.api.common import STORE, ApiError, json, route
+from relay.api.deliveries import listing
 from relay.api.models import (
     DeliveryDetail,
     DeliveryList,
     ErrorOut,
     EventDetail,
     StatsOut,
-    Status,
-    Strict,
-    TypeFilter,
+    UiDeliveryQuery,
 )
 from relay.delivery import sender
 from relay.domain import signing
@@ -80,14 +77,6 @@ class OverviewOut(BaseModel):
     series: Series
     version: str
     server_time: int = Field(description="Redis time, ms since the epoch")
-
-
-class UiDeliveryQuery(Strict):
-    status: Status | None = None
-    endpoint_id: Annotated[str | None, Field(max_length=64)] = None
-    type: TypeFilter = None
-    limit: Annotated[int, Field(ge=1, le=200)] = 25
-    cursor: Annotated[str | None, Field(max_length=512)] = None
 
 
 class EndpointBrief(BaseModel):
@@ -166,30 +155,9 @@ async def ui_style(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- read helpers
 
 
-async def _now_ms(store: Store) -> int:
-    seconds, micros = await store.redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 async def series(store: Store, now_ms: int, minutes: int = MINUTES) -> dict[str, list[int]]:
-    """Per-minute counts from the finish-time sets: ``2 * minutes + minutes`` ZCOUNTs a shard.
-
-    A replayed delivery leaves ``succeeded``/``dead``, so it counts in the minute of its
-    latest finish only; retries are not counted (no cheap per-minute record of them).
-    """
-    first = (now_ms // 60_000 - (minutes - 1)) * 60_000
-    starts = [first + i * 60_000 for i in range(minutes)]
-    out = {"succeeded": [0] * minutes, "dead": [0] * minutes, "created": [0] * minutes}
-    for sk in store.keys.all_shards():
-        async with store.redis.pipeline(transaction=False) as pipe:
-            for key in (sk.succeeded, sk.dead, sk.deliveries):
-                for start in starts:
-                    pipe.zcount(key, start, f"({start + 60_000}")
-            counts = await pipe.execute()
-        for k, name in enumerate(("succeeded", "dead", "created")):
-            for i in range(minutes):
-                out[name][i] += int(counts[k * minutes + i])
-    return {"minute_ms": starts, **out}
+    """Deliveries per minute by outcome, the last ``minutes`` minutes up to ``now_ms``."""
+    return await store.minute_series(now_ms, minutes)
 
 
 def sent_headers(
@@ -252,61 +220,7 @@ def sent_headers(
 async def endpoint_health(
     store: Store, endpoint_ids: list[str], sample: int = SAMPLE
 ) -> list[dict[str, Any]]:
-    newest: dict[str, list[tuple[float, str, int]]] = {e: [] for e in endpoint_ids}
-    in_flight = dict.fromkeys(endpoint_ids, 0)
-    held = dict.fromkeys(endpoint_ids, 0)
-    for sk in store.keys.all_shards():
-        async with store.redis.pipeline(transaction=False) as pipe:
-            for ep in endpoint_ids:
-                pipe.zrevrange(sk.endpoint_index(ep), 0, sample - 1, withscores=True)
-                pipe.zcard(sk.held(ep))
-            pipe.zrange(sk.processing, 0, PROCESSING_CAP - 1)
-            *per_endpoint, claimed = await pipe.execute()
-        for i, ep in enumerate(endpoint_ids):
-            members, parked = per_endpoint[2 * i], per_endpoint[2 * i + 1]
-            newest[ep] += [(score, member, sk.shard) for member, score in members]
-            held[ep] += int(parked)
-        if claimed:
-            async with store.redis.pipeline(transaction=False) as pipe:
-                for d in claimed:
-                    pipe.hget(sk.delivery(d), "endpoint_id")
-                owners = await pipe.execute()
-            for owner in owners:
-                if owner in in_flight:
-                    in_flight[owner] += 1
-    chosen = {ep: sorted(newest[ep], reverse=True)[:sample] for ep in endpoint_ids}
-    counts = {ep: {"succeeded": 0, "dead": 0, "pending": 0} for ep in endpoint_ids}
-    for sk in store.keys.all_shards():  # one round trip per shard for every endpoint
-        asked: list[str] = []
-        async with store.redis.pipeline(transaction=False) as pipe:
-            for ep in endpoint_ids:
-                members = [m for _, m, s in chosen[ep] if s == sk.shard]
-                if members:
-                    asked.append(ep)
-                    for key in (sk.succeeded, sk.dead, sk.due):
-                        pipe.zmscore(key, members)
-            scores = await pipe.execute() if asked else []
-        for i, ep in enumerate(asked):
-            ok, dead, due = scores[3 * i : 3 * i + 3]
-            counts[ep]["succeeded"] += sum(x is not None for x in ok)
-            counts[ep]["dead"] += sum(x is not None for x in dead)
-            counts[ep]["pending"] += sum(x is not None for x in due)
-    out = []
-    for ep in endpoint_ids:
-        c = counts[ep]
-        finished = c["succeeded"] + c["dead"]
-        out.append(
-            {
-                "endpoint_id": ep,
-                "sample": len(chosen[ep]),
-                **c,
-                "success_rate": round(c["succeeded"] / finished, 4) if finished else None,
-                "held": held[ep],
-                "in_flight": in_flight[ep],
-                "last_created_at": int(chosen[ep][0][0]) if chosen[ep] else None,
-            }
-        )
-    return out
+    return await store.endpoint_health(endpoint_ids, sample=sample, processing_cap=PROCESSING_CAP)
 
 
 # ---------------------------------------------------------------------- JSON routes
@@ -320,7 +234,7 @@ async def endpoint_health(
 )
 async def overview(request: web.Request) -> web.Response:
     store = request.app[STORE]
-    now = await _now_ms(store)
+    now = await store.now_ms()
     return json(
         {
             "stats": await store.stats(),
@@ -339,18 +253,7 @@ async def overview(request: web.Request) -> web.Response:
     responses={200: DeliveryList, 422: ErrorOut},
 )
 async def deliveries(request: web.Request) -> web.Response:
-    q = query(request, UiDeliveryQuery)
-    try:
-        rows, cursor = await request.app[STORE].list_deliveries(
-            status=q.status,
-            endpoint_id=q.endpoint_id,
-            event_type=q.type,
-            limit=q.limit,
-            cursor=q.cursor,
-        )
-    except ValueError as exc:
-        raise ApiError(422, "validation_error", f"cursor: {exc}") from None
-    return json({"data": rows, "next_cursor": cursor})
+    return await listing(request, UiDeliveryQuery)
 
 
 @route(
@@ -369,9 +272,7 @@ async def delivery_view(request: web.Request) -> web.Response:
     body_len = None
     if event is not None:
         event["created_at"] = signing.rfc3339_ms(event["created_at"])
-        sk = store.shard_keys_for(delivery["event_id"])
-        if sk is not None:
-            body_len = int(await store.redis.hstrlen(sk.event(delivery["event_id"]), "body"))
+        body_len = await store.event_body_length(delivery["event_id"])
     brief = None
     if endpoint is not None:
         brief = {k: endpoint.get(k) for k in ("id", "url", "app", "description", "enabled")}

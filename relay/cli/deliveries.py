@@ -87,9 +87,7 @@ def dead(endpoint_id: str | None, limit: int, as_json: bool) -> None:
 
 async def _replay_all_dead(store: Store, endpoint_id: str | None, since: int | None) -> dict:
     """Walk dead letters page by page (newest first) and replay each page in one go."""
-    total = 0
-    for sk in store.keys.all_shards():
-        total += int(await store.redis.zcount(sk.dead, since if since else "-inf", "+inf"))
+    total = await store.count_dead(since)
     with click.progressbar(length=total, label="replaying dead deliveries", file=sys.stderr) as bar:
         replayed, refused = await store.replay_dead(
             endpoint_id=endpoint_id, since=since, on_page=bar.update
@@ -160,9 +158,7 @@ def replay(
 
 async def _purge(store: Store, before: int) -> dict[str, Any]:
     cutoff = before - 1  # expire.lua removes "at or before" its cutoff; TIME is exclusive
-    total = 0
-    for sk in store.keys.all_shards():
-        total += int(await store.redis.zcount(sk.succeeded, "-inf", cutoff))
+    total = await store.count_succeeded(cutoff)
     with click.progressbar(length=total, label="purging", file=sys.stderr) as bar:
         done = await Retention(store).expire(
             succeeded_before=cutoff, progress=lambda got: bar.update(got.deliveries)

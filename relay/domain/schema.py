@@ -35,7 +35,8 @@ RESERVED_HEADERS = frozenset(
 )
 
 App = Annotated[str, Field(pattern=APP_PATTERN, description="application (tenant) name")]
-Status = Literal["pending", "delivering", "succeeded", "dead"]
+# A delivery's status; "held": its endpoint is disabled, it waits until it is enabled again.
+Status = Literal["pending", "held", "delivering", "succeeded", "dead"]
 
 
 class Strict(BaseModel):

@@ -12,15 +12,11 @@ entries older than ``MAX_AGE`` are refetched regardless, as a backstop.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
-import structlog
-
 from relay.queue.store import Store
-
-log = structlog.get_logger("relay.api")
+from relay.queue.subscription import keep_subscribed
 
 MAX_AGE = 30.0
 MAX_APPS = 10_000
@@ -58,24 +54,19 @@ class EndpointCache:
 
     async def run(self) -> None:
         """Keep the subscription; every change message (or a lost connection) invalidates."""
-        attempt = 0
-        while True:
-            pubsub = self.store.wake_pubsub(attempt)
-            attempt += 1
-            try:
-                await pubsub.subscribe(self.store.keys.endpoints_changed)
-                async for msg in pubsub.listen():
-                    self.invalidate()
-                    if msg.get("type") == "subscribe":
-                        self._subscribed = True
-            except asyncio.CancelledError:
-                self._subscribed = False
-                await pubsub.aclose()
-                raise
-            except Exception as exc:
-                log.warning("endpoint_cache.reconnect", error=str(exc))
-                await pubsub.aclose()
-                await asyncio.sleep(0.5)
-            finally:
-                self._subscribed = False
-                self.invalidate()
+        await keep_subscribed(
+            self.store,
+            [self.store.keys.endpoints_changed],
+            lambda _msg: self.invalidate(),
+            on_subscribed=self._on_subscribed,
+            on_lost=self._on_lost,
+            name="endpoint_cache",
+        )
+
+    def _on_subscribed(self) -> None:
+        self.invalidate()
+        self._subscribed = True
+
+    def _on_lost(self) -> None:
+        self._subscribed = False
+        self.invalidate()

@@ -1,33 +1,28 @@
 """Endpoint health and pacing, shared by all workers: breaker, rate limit, in-flight cap.
 
 Each endpoint's state lives under its own hash tag (``relay:v1:{ep_X}:...``, see
-:mod:`relay.queue.keys`) and changes only through ``lua/admit.lua`` (before sends) and
-``lua/settle.lua`` (after them), so counts are exact across any number of workers.
-Deliveries of a disabled endpoint are parked per shard (``lua/hold.lua``) and come back
-when it is re-enabled (``lua/resume.lua``). :class:`Windows` is each worker's own share
-per endpoint, so one bad endpoint cannot hold every send slot (no head-of-line blocking).
+:mod:`relay.queue.keys`) and changes only through ``relay/queue/lua/admit.lua`` (before
+sends) and ``settle.lua`` (after them), so counts are exact across any number of
+workers. Deliveries of a disabled endpoint are parked per shard with status ``held``
+(``hold.lua``) and come back when it is re-enabled (``resume.lua``). This module holds
+the policy (bursts, slot holds, thresholds); the Store's typed methods run the scripts.
+:class:`Windows` is each worker's own share per endpoint, so one bad endpoint cannot
+hold every send slot (no head-of-line blocking).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from relay.domain.schema import public_endpoint
-from relay.queue.store import Store
+from relay.queue.keys import ShardKeys
+from relay.queue.store import Settled, Store
 
 SLOT_MARGIN_MS = 2000
 
-
-@dataclass(frozen=True, slots=True)
-class Settled:
-    state: str
-    failures: int
-    open_until: int
-    failing_since: int
-    last_success_at: int
+__all__ = ["SLOT_MARGIN_MS", "Health", "Settled", "Windows", "breaker_view", "burst_for"]
 
 
 def burst_for(rate: float) -> int:
@@ -92,70 +87,49 @@ class Health:
         self, endpoint: dict[str, Any], tokens: Sequence[str], spread_ms: int
     ) -> tuple[str, list[int]]:
         """Per token: 0 to send now, else milliseconds to wait (not charged an attempt)."""
-        ek = self.store.keys.endpoint_state(endpoint["id"])
         rate = endpoint.get("rate_limit") or 0
-        res = await self.store.scripts.admit(
-            keys=[ek.breaker, ek.rate, ek.inflight],
-            args=[
-                rate,
-                burst_for(rate) if rate else 1,
-                endpoint.get("max_in_flight") or 0,
-                int(self.settings.http_timeout * 1000) + SLOT_MARGIN_MS,
-                max(1, spread_ms),
-                *tokens,
-            ],
+        got = await self.store.admit(
+            endpoint["id"],
+            tokens,
+            rate=rate,
+            burst=burst_for(rate) if rate else 1,
+            max_in_flight=endpoint.get("max_in_flight") or 0,
+            slot_hold_ms=int(self.settings.http_timeout * 1000) + SLOT_MARGIN_MS,
+            spread_ms=max(1, spread_ms),
         )
-        return res[0], [int(float(x)) for x in res[1:]]
+        return got.state, got.waits
 
     async def settle(self, endpoint_id: str, results: Sequence[tuple[str, str]]) -> Settled:
         """``results``: (claim token, "1" success | "0" failure | "-" neutral)."""
-        ek = self.store.keys.endpoint_state(endpoint_id)
-        args: list[Any] = [
-            self.settings.breaker_threshold,
-            int(self.settings.breaker_cooldown * 1000),
-            int(self.settings.breaker_cooldown_max * 1000),
-        ]
-        for token, verdict in results:
-            args += [token, verdict]
-        r = await self.store.scripts.settle(keys=[ek.breaker, ek.inflight], args=args)
-        return Settled(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]))
+        return await self.store.settle(
+            endpoint_id,
+            results,
+            threshold=self.settings.breaker_threshold,
+            cooldown_ms=int(self.settings.breaker_cooldown * 1000),
+            cooldown_max_ms=int(self.settings.breaker_cooldown_max * 1000),
+        )
 
     async def breakers(self, endpoint_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Breaker state of each endpoint, as the API shows it."""
-        if not endpoint_ids:
-            return {}
-        async with self.store.redis.pipeline(transaction=False) as pipe:
-            for e in endpoint_ids:
-                pipe.hgetall(self.store.keys.endpoint_state(e).breaker)
-            rows = await pipe.execute()
-        return {e: breaker_view(r) for e, r in zip(endpoint_ids, rows, strict=True)}
+        raw = await self.store.breaker_states(endpoint_ids)
+        return {e: breaker_view(r) for e, r in raw.items()}
 
     async def endpoint_views(self, endpoints: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Endpoints as shown (no secrets), each with its shared breaker state."""
         breakers = await self.breakers([e["id"] for e in endpoints])
         return [{**public_endpoint(e), "breaker": breakers[e["id"]]} for e in endpoints]
 
-    async def hold(self, sk: Any, endpoint_id: str, claims: Sequence[tuple[str, str]]) -> int:
-        keys = [sk.processing, sk.held(endpoint_id), *(sk.delivery(i) for i, _ in claims)]
-        args = [*(t for _, t in claims), *(i for i, _ in claims)]
-        return int(await self.store.scripts.hold(keys=keys, args=args))
+    async def hold(self, sk: ShardKeys, endpoint_id: str, claims: Sequence[tuple[str, str]]) -> int:
+        """Park claimed deliveries of a disabled endpoint (status ``held``), uncharged."""
+        return await self.store.hold(sk, endpoint_id, claims)
 
     async def reset_failing(self, endpoint_id: str) -> None:
         """Forget the failure streak (an operator re-enabled the endpoint)."""
-        await self.store.redis.hdel(
-            self.store.keys.endpoint_state(endpoint_id).breaker, "failing_since"
-        )
+        await self.store.reset_failing(endpoint_id)
 
     async def resume(self, endpoint_id: str) -> int:
         """Move an endpoint's held deliveries back to due, on every shard."""
-        total = 0
-        for sk in self.store.keys.all_shards():
-            total += int(
-                await self.store.scripts.resume(
-                    keys=[sk.held(endpoint_id), sk.due], args=[sk.base, sk.wake]
-                )
-            )
-        return total
+        return await self.store.resume(endpoint_id)
 
 
 def breaker_view(raw: dict[str, str]) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 Counters and histograms count what this process did (sends, claims, reclaims, lease
 extensions, expiries). Gauges describe the shared state and are read from Redis at
-scrape time, cheaply: the queue gauges from :meth:`relay.queue.store.Store.stats` (a few
-O(1)/O(log n) commands per shard, never a scan) and the breaker gauge with one pipelined
-``HGETALL`` per endpoint, for at most ``BREAKER_CAP`` endpoints. Every replica reports
+scrape time, cheaply, through the Store: the queue gauges from
+:meth:`relay.queue.store.Store.stats` (a few O(1)/O(log n) commands per shard, never a
+scan) and the breaker gauge with one pipelined ``HGETALL`` per endpoint, for at most
+``BREAKER_CAP`` endpoints (:meth:`Store.endpoint_count_and_ids`). Every replica reports
 the same shared gauges; aggregate them with ``max``, not ``sum``.
 
 ``relay api`` serves ``/metrics`` beside the API; ``relay worker`` serves it on
@@ -73,6 +74,11 @@ QUEUE_SCHEDULED = Gauge("relay_queue_scheduled", "Pending deliveries due later",
 QUEUE_PROCESSING = Gauge(
     "relay_queue_processing", "Deliveries claimed (in flight)", registry=REGISTRY
 )
+QUEUE_HELD = Gauge(
+    "relay_queue_held",
+    "Deliveries held while their endpoint is disabled (resumed when it is enabled)",
+    registry=REGISTRY,
+)
 DEAD_LETTERS = Gauge("relay_dead_letters", "Dead deliveries kept", registry=REGISTRY)
 SUCCEEDED_KEPT = Gauge(
     "relay_succeeded_kept", "Succeeded deliveries kept (until retention)", registry=REGISTRY
@@ -106,25 +112,10 @@ def set_queue(stats: dict[str, Any]) -> None:
     QUEUE_DUE.set(stats["queue"]["due"])
     QUEUE_SCHEDULED.set(stats["queue"]["scheduled"])
     QUEUE_PROCESSING.set(stats["queue"]["processing"])
+    QUEUE_HELD.set(stats["counts"]["held"])
     DEAD_LETTERS.set(stats["counts"]["dead"])
     SUCCEEDED_KEPT.set(stats["counts"]["succeeded"])
     OLDEST_DUE.set(stats["queue"]["oldest_due_age_seconds"])
-
-
-async def _endpoint_ids(store: Any) -> tuple[int, list[str]]:
-    """How many endpoints there are, and the ids of the first ``BREAKER_CAP`` of them."""
-    key = store.keys.endpoints
-    count = int(await store.redis.hlen(key))
-    if count <= BREAKER_CAP:
-        return count, sorted(await store.redis.hkeys(key))
-    # Too many to list each scrape: take the first BREAKER_CAP that HSCAN hands out
-    # (HSCAN may repeat a field, hence the set).
-    ids: set[str] = set()
-    async for field, _ in store.redis.hscan_iter(key, count=BREAKER_CAP):
-        ids.add(field)
-        if len(ids) >= BREAKER_CAP:
-            break
-    return count, sorted(ids)
 
 
 async def refresh(store: Any) -> None:
@@ -133,7 +124,7 @@ async def refresh(store: Any) -> None:
 
     try:
         stats = await store.stats()
-        count, ids = await _endpoint_ids(store)
+        count, ids = await store.endpoint_count_and_ids(BREAKER_CAP)
         breakers = await Health(store).breakers(ids)
     except Exception as exc:
         REDIS_UP.set(0)

@@ -1,7 +1,8 @@
 """Retention: finished deliveries and their events expire, with every index entry.
 
-* a succeeded delivery: ``RELAY_RETENTION`` after it succeeded (``lua/expire.lua``, run
-  by every worker's sweeper and by ``relay purge``);
+* a succeeded delivery: ``RELAY_RETENTION`` after it succeeded
+  (``relay/queue/lua/expire.lua`` through :meth:`Store.expire_shard`, run by every
+  worker's sweeper and by ``relay purge``);
 * a dead delivery: ``RELAY_DEAD_RETENTION`` after it died (the same script);
 * an event: with its last delivery (its hash counts them in ``live``); an event with no
   delivery at all carries a TTL of ``RELAY_RETENTION`` and is not indexed;
@@ -9,10 +10,10 @@
 
 Removing a delivery deletes its hash and attempt log and takes its id out of the
 ``succeeded``/``dead``, ``deliveries`` and ``ep:<endpoint>`` sets; the event hash and
-its ``events`` entry go with the event's last delivery. Pending and in-flight deliveries
-are never expired. Every worker runs :meth:`Retention.run`; the script is atomic and takes
-each id with ``ZREM``, so any number of sweepers may run at once, and each call is
-bounded (``BATCH`` deliveries), so a large backlog never blocks Redis for long.
+its ``events`` entry go with the event's last delivery. Pending, held and in-flight
+deliveries are never expired. Every worker runs :meth:`Retention.run`; the script is
+atomic and takes each id with ``ZREM``, so any number of sweepers may run at once, and
+each call is bounded (``BATCH`` deliveries), so a large backlog never blocks Redis for long.
 Cutoffs are measured on the sweeping process's clock.
 """
 
@@ -58,11 +59,13 @@ class Retention:
         self, sk: ShardKeys, *, succeeded_before: int, dead_before: int, limit: int | None = None
     ) -> tuple[Expired, bool]:
         """One bounded script call; returns what it removed and whether more is left."""
-        res = await self.store.scripts.expire(
-            keys=[sk.succeeded, sk.dead, sk.deliveries, sk.events],
-            args=[sk.base, succeeded_before, dead_before, limit or self.batch],
+        got = await self.store.expire_shard(
+            sk,
+            succeeded_before=succeeded_before,
+            dead_before=dead_before,
+            limit=limit or self.batch,
         )
-        return Expired(int(res[0]), int(res[1])), bool(int(res[2]))
+        return Expired(got.deliveries, got.events), got.more
 
     async def expire(
         self,

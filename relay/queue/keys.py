@@ -7,6 +7,12 @@ under the tag ``{cfg}``; each endpoint's shared health and pacing state (breaker
 limit, in-flight slots) under its own tag ``{ep_X}``, settled by one script for all
 workers together.
 
+The Lua scripts (``relay/queue/lua/``) name no key themselves: they get whole keys in
+KEYS, and for keys of ids only known inside a script (a claim's due ids, a sweep's
+finished ids) the key prefix in ARGV, built here (``ShardKeys.delivery_prefix`` and
+the like), to which they append the id. ``tests/test_keys.py`` holds this table, the
+README's copy of it and every key the scripts touch to these builders.
+
 =========================================  ======  =============================================
 key                                        type    holds
 =========================================  ======  =============================================
@@ -14,22 +20,24 @@ key                                        type    holds
 ``relay:v1:{s0}:processing``               zset    claimed delivery ids, score = lease expiry (ms)
 ``relay:v1:{s0}:succeeded``                zset    succeeded delivery ids, score = finish time
 ``relay:v1:{s0}:dead``                     zset    dead delivery ids, score = time of death
+``relay:v1:{s0}:held``                     zset    held delivery ids, score = when held
 ``relay:v1:{s0}:deliveries``               zset    every delivery id, score = created (ms)
 ``relay:v1:{s0}:events``                   zset    events with deliveries, score = created (ms)
 ``relay:v1:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
+``relay:v1:{s0}:held:<endpoint_id>``       zset    held delivery ids of that endpoint (for resume)
 ``relay:v1:{s0}:dlv:<delivery_id>``        hash    the delivery record (status, attempts, claim)
 ``relay:v1:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request
 ``relay:v1:{s0}:evt:<event_id>``           hash    event: type, app, body (bytes sent), live count
 ``relay:v1:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
 ``relay:v1:{s0}:stats``                    hash    shard counters (reclaimed)
 ``relay:v1:{s0}:wake``                     pubsub  "work became due earlier than you thought"
-``relay:v1:{s0}:held:<endpoint_id>``       zset    deliveries held while their endpoint is disabled
 ``relay:v1:{ep_X}:breaker``                hash    circuit breaker of ep_X (state, failures)
 ``relay:v1:{ep_X}:rate``                   string  rate limit: GCRA theoretical arrival time (ms)
 ``relay:v1:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
 ``relay:v1:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
-``relay:v1:{cfg}:changed``                 pubsub  an endpoint was written (drop caches)
 ``relay:v1:{cfg}:app:<app>``               set     endpoint ids of one app
+``relay:v1:{cfg}:changed``                 pubsub  an endpoint was written (drop caches)
+``relay:v1:{tag}:guard``                   none    never written: every script call declares it
 =========================================  ======  =============================================
 """
 
@@ -43,7 +51,7 @@ class ShardKeys:
     """Keys of one queue shard."""
 
     shard: int
-    base: str  # "relay:v1:{s0}:" -- also handed to scripts that build per-id keys
+    base: str  # "relay:v1:{s0}:"
 
     @property
     def due(self) -> str:
@@ -62,6 +70,11 @@ class ShardKeys:
         return self.base + "dead"
 
     @property
+    def held_index(self) -> str:
+        """Every held delivery of the shard (status ``held``), score = when it was held."""
+        return self.base + "held"
+
+    @property
     def deliveries(self) -> str:
         return self.base + "deliveries"
 
@@ -77,23 +90,47 @@ class ShardKeys:
     def wake(self) -> str:
         return self.base + "wake"
 
+    # Per-id keys: a prefix (handed to the scripts that only learn the ids inside) and
+    # the key of one id, which is that prefix and the id.
+
+    @property
+    def delivery_prefix(self) -> str:
+        return self.base + "dlv:"
+
     def delivery(self, delivery_id: str) -> str:
-        return f"{self.base}dlv:{delivery_id}"
+        return self.delivery_prefix + delivery_id
+
+    @property
+    def log_prefix(self) -> str:
+        return self.base + "log:"
 
     def log(self, delivery_id: str) -> str:
-        return f"{self.base}log:{delivery_id}"
+        return self.log_prefix + delivery_id
+
+    @property
+    def event_prefix(self) -> str:
+        return self.base + "evt:"
 
     def event(self, event_id: str) -> str:
-        return f"{self.base}evt:{event_id}"
+        return self.event_prefix + event_id
+
+    @property
+    def endpoint_index_prefix(self) -> str:
+        return self.base + "ep:"
 
     def endpoint_index(self, endpoint_id: str) -> str:
-        return f"{self.base}ep:{endpoint_id}"
+        return self.endpoint_index_prefix + endpoint_id
+
+    @property
+    def held_prefix(self) -> str:
+        return self.base + "held:"
+
+    def held(self, endpoint_id: str) -> str:
+        """One endpoint's held deliveries (``resume.lua`` moves them back)."""
+        return self.held_prefix + endpoint_id
 
     def idempotency(self, app: str, key: str) -> str:
         return f"{self.base}idem:{app}:{key}"
-
-    def held(self, endpoint_id: str) -> str:
-        return f"{self.base}held:{endpoint_id}"
 
 
 @dataclass(frozen=True)
@@ -135,3 +172,15 @@ class Keys:
     def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
         base = f"{self.prefix}:v1:{{{endpoint_id}}}:"
         return EndpointKeys(base + "breaker", base + "rate", base + "inflight")
+
+
+def guard_key(key: str) -> str:
+    """The never-written key under the hash tag of ``key`` (``relay:v1:{s0}:guard``).
+
+    Every script call declares it after its own keys (:mod:`relay.queue.scripts`), so
+    Redis Cluster refuses the call while that slot is being migrated.
+    """
+    end = key.find("}", key.find("{") + 1)
+    if key.find("{") < 0 or end < 0:
+        raise ValueError(f"{key!r} has no hash tag")
+    return key[: end + 1] + ":guard"

@@ -1,18 +1,26 @@
-"""The Lua scripts in ``lua/``, one per state transition, registered once at start.
+"""The Lua scripts in ``relay/queue/lua/``, one per state transition, registered once at start.
 
 redis-py's ``register_script`` computes each SHA locally and its call runs ``EVALSHA``,
 falling back to ``SCRIPT LOAD`` on ``NOSCRIPT`` (a Redis restart or ``SCRIPT FLUSH``),
 so scripts are never re-sent inline on the hot path.
 
+Each script is called from exactly one typed method of the queue layer (the Store's
+mixins: :mod:`relay.queue.transitions`, :mod:`relay.queue.endpoints`), the only place
+its KEYS and ARGV are built, from :mod:`relay.queue.keys`; each Lua file's header says
+what it gets. Scripts name no key themselves: a key of an id only known inside the
+script is a prefix from ARGV plus the id. A script with a list of items gets their
+count in ARGV and never counts its KEYS or ARGV, so the slot guard below, or any other
+trailing key, cannot shift its items.
+
 Slot guard (Redis Cluster). Every call declares one more key after the script's own:
-``<prefix>:v1:{tag}:guard`` (:func:`guard_key`), under the hash tag of the first key,
-which nobody ever writes. While a slot is being migrated, Redis refuses (``TRYAGAIN``
-or ``ASK`` then ``TRYAGAIN``) any multi-key command one of whose keys is missing, on
-both nodes; so a script never runs while its slot's keys are split between two nodes.
-Without it a script could run on the source with a delivery hash already moved (the
-read fails mid-script, after earlier writes) or, after ``ASK``, on the target with it
-not yet moved (the read silently finds nothing). Outside a migration a missing key
-costs nothing. The scripts that count their keys leave the last one out.
+``<prefix>:v1:{tag}:guard`` (:func:`relay.queue.keys.guard_key`), under the hash tag
+of the first key, which nobody ever writes. While a slot is being migrated, Redis
+refuses (``TRYAGAIN`` or ``ASK`` then ``TRYAGAIN``) any multi-key command one of whose
+keys is missing, on both nodes; so a script never runs while its slot's keys are split
+between two nodes. Without it a script could run on the source with a delivery hash
+already moved (the read fails mid-script, after earlier writes) or, after ``ASK``, on
+the target with it not yet moved (the read silently finds nothing). Outside a
+migration a missing key costs nothing.
 
 Calls refused that way ran nothing, so they are retried here for up to
 ``MIGRATION_WAIT`` seconds (a slot moved here at ~60,000 keys/s), except
@@ -29,6 +37,8 @@ from typing import Any
 
 import structlog
 from redis.exceptions import AskError, ClusterError, TryAgainError
+
+from relay.queue.keys import guard_key
 
 log = structlog.get_logger("relay.scripts")
 
@@ -57,13 +67,7 @@ NOT_RUN = (TryAgainError, AskError, ClusterError)
 MIGRATION_WAIT = 30.0
 FAIL_FAST = frozenset({"claim", "reclaim"})
 
-
-def guard_key(key: str) -> str:
-    """The never-written key under the hash tag of ``key`` (``relay:v1:{s0}:guard``)."""
-    end = key.find("}", key.find("{") + 1)
-    if key.find("{") < 0 or end < 0:
-        raise ValueError(f"{key!r} has no hash tag")
-    return key[: end + 1] + ":guard"
+__all__ = ["LUA_DIR", "NAMES", "Scripts", "guard_key"]
 
 
 class _Call:

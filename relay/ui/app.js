@@ -85,7 +85,7 @@
     return el("span", { class: "muted" }, "—");
   }
   function when(d) {
-    if (d.status === "pending" && d.held) return el("span", { class: "muted", title: d.held }, "held: endpoint disabled");
+    if (d.status === "held") return el("span", { class: "muted", title: d.held || "endpoint_disabled" }, "held: endpoint disabled");
     if (d.status === "pending") {
       return el("span", { title: iso(d.next_attempt_at) }, d.attempts ? `retry ${ago(d.next_attempt_at)}` : `due ${ago(d.next_attempt_at)}`);
     }
@@ -165,6 +165,7 @@
       card("dead", "Dead", num(counts.dead), "need an operator", counts.dead > 0 ? "bad" : "", filterTo("dead")),
       card("succeeded", "Succeeded", num(counts.succeeded), "kept until retention", "", filterTo("succeeded")),
       card("pending", "Pending", num(counts.pending), "due + scheduled", "", filterTo("pending")),
+      card("held", "Held", num(counts.held || 0), "endpoint disabled", counts.held > 0 ? "warn" : "", filterTo("held")),
       card("rate", "Success, 30 min", rate, `${num(ok30)} ok · ${num(dead30)} dead`, dead30 > 0 && ok30 === 0 ? "bad" : ""),
       card("reclaimed", "Reclaimed", num(reclaimed), "expired leases"),
     );
@@ -300,7 +301,7 @@
       ["Last result", lastResult(d)],
       ["Created", stamp(d.created_at), true],
     ];
-    if (d.status === "pending" && d.held) rows.push(["Held", "endpoint disabled: resumes when it is enabled again", true]);
+    if (d.status === "held") rows.push(["Held", "endpoint disabled: resumes when it is enabled again", true]);
     else if (d.status === "pending") rows.push(["Next attempt", stamp(d.next_attempt_at), true]);
     if (d.finished_at) rows.push([d.status === "dead" ? "Died" : "Finished", stamp(d.finished_at), true]);
     if (d.status === "delivering" && d.worker) rows.push(["Worker", el("span", { class: "mono" }, d.worker), true]);

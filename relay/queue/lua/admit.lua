@@ -9,18 +9,20 @@
 -- Deferred sends are spread out (one interval apart) so a deep backlog comes back gradually
 -- instead of all at once: no busy loop, no head-of-line blocking.
 --
--- KEYS[1] breaker (hash)   relay:v1:{ep_X}:breaker
--- KEYS[2] rate TAT (string) relay:v1:{ep_X}:rate
--- KEYS[3] in-flight slots (zset, member = claim token, score = slot expiry ms)
+-- Called by Store.admit (relay/queue/endpoints.py), which builds these from keys.py.
+--
+-- KEYS[1] breaker (hash)    EndpointKeys.breaker   (relay:v1:{ep_X}:breaker)
+-- KEYS[2] rate TAT (string) EndpointKeys.rate      (relay:v1:{ep_X}:rate)
+-- KEYS[3] in-flight slots   EndpointKeys.inflight  (zset, member = claim token, score = slot expiry ms)
 -- ARGV[1] rate limit, requests/s ("0" = none)   ARGV[2] burst (requests)
 -- ARGV[3] max in flight ("0" = none)           ARGV[4] slot hold, ms (send timeout + margin)
 -- ARGV[5] expected send time, ms: spreads in-flight deferrals, paces waits for a probe
--- ARGV[6..] claim tokens, in send order
+-- ARGV[6] n, the number of tokens   ARGV[7..6+n] claim tokens, in send order
 --
 -- Returns {state, then per token: 0 = send now, or how long (ms) to wait before trying again}.
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local n = #ARGV - 5
+local n = tonumber(ARGV[6])
 local res = {}
 local state = redis.call("HGET", KEYS[1], "state") or "closed"
 
@@ -51,7 +53,7 @@ if state == "half_open" then
   -- (twice the usual send time, at least 100 ms, at most the slot hold): soon after a
   -- success, and a failure has reopened the breaker by then.
   local settle_in = math.min(tonumber(ARGV[4]), math.max(100, 2 * tonumber(ARGV[5])))
-  redis.call("HSET", KEYS[1], "probe", ARGV[6], "probe_until", now + tonumber(ARGV[4]),
+  redis.call("HSET", KEYS[1], "probe", ARGV[7], "probe_until", now + tonumber(ARGV[4]),
     "probe_back", now + settle_in)
   for i = 2, n do res[i] = settle_in + (i - 2) * 10 end
   n = 1
@@ -73,7 +75,7 @@ end
 local spread = math.max(tonumber(ARGV[5]), 1)
 local waiting_slot, waiting_rate = 0, 0
 for i = 1, n do
-  local token = ARGV[5 + i]
+  local token = ARGV[6 + i]
   if room <= 0 then
     waiting_slot = waiting_slot + 1
     res[i] = math.ceil(waiting_slot / cap) * spread

@@ -4,37 +4,42 @@
 -- script, so two claimers can never take the same delivery. Each claim mints a claim
 -- token that fences every later transition of it, and the attempt is counted here, at
 -- claim, so a delivery that kills its worker every time still runs out of attempts.
+-- Called by Store.claim (relay/queue/transitions.py), which builds these from keys.py.
 --
--- KEYS[1]  due queue (zset, score = next attempt, ms)
--- KEYS[2]  processing leases (zset, score = lease expiry, ms)
+-- KEYS[1]  due queue (zset, score = next attempt, ms)       ShardKeys.due
+-- KEYS[2]  processing leases (zset, score = lease expiry)   ShardKeys.processing
 --
--- ARGV[1]  shard key prefix, e.g. "relay:v1:{s0}:". The due ids are only known inside
---          the script, so delivery and event keys are built here from this prefix;
---          they share the shard's hash tag, hence the slot of KEYS[1].
--- ARGV[2]  batch limit   ARGV[3] lease, ms   ARGV[4] claim token prefix (unique per call)
--- ARGV[5]  worker id
+-- ARGV[1]  delivery key prefix   ShardKeys.delivery_prefix  (relay:v1:{s0}:dlv:)
+-- ARGV[2]  event key prefix      ShardKeys.event_prefix     (relay:v1:{s0}:evt:)
+--          The due ids are only known in here, so their delivery and event keys are
+--          prefix .. id; they share the shard's hash tag, hence the slot of KEYS[1].
+-- ARGV[3]  batch limit   ARGV[4] lease, ms
+-- ARGV[5]  claim token prefix (unique per call); token i is ARGV[5] .. i
+-- ARGV[6]  worker id
 --
 -- Returns {now, next_due or -1, next_lease_expiry or -1, n,
 --          then n groups of 7: id, token, attempts, max_attempts, event_id, endpoint_id, body}
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local prefix = ARGV[1]
-local lease_until = now + tonumber(ARGV[3])
+local dlv_prefix = ARGV[1]
+local evt_prefix = ARGV[2]
+local lease_until = now + tonumber(ARGV[4])
 
-local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", now, "LIMIT", 0, tonumber(ARGV[2]))
+local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", now, "LIMIT", 0, tonumber(ARGV[3]))
 local out = {}
 local n = 0
 for i, id in ipairs(ids) do
   redis.call("ZREM", KEYS[1], id)
-  local dkey = prefix .. "dlv:" .. id
+  local dkey = dlv_prefix .. id
   local f = redis.call("HMGET", dkey, "event_id", "endpoint_id", "max_attempts")
   if f[1] then
-    local token = ARGV[4] .. ":" .. i
+    local token = ARGV[5] .. i
     local attempts = redis.call("HINCRBY", dkey, "attempts", 1)
-    redis.call("HSET", dkey, "status", "delivering", "claim", token, "worker", ARGV[5],
+    redis.call("HSET", dkey, "status", "delivering", "claim", token, "worker", ARGV[6],
       "lease_until", lease_until, "updated_at", now)
     redis.call("ZADD", KEYS[2], lease_until, id)
-    local body = redis.call("HGET", prefix .. "evt:" .. f[1], "body")
+    local ekey = evt_prefix .. f[1]
+    local body = redis.call("HGET", ekey, "body")
     n = n + 1
     out[#out + 1] = id
     out[#out + 1] = token

@@ -1,6 +1,9 @@
 -- endpoints_for_app.lua: every endpoint of one app, in one round trip (read only).
 --
--- KEYS[1] endpoints (hash id -> JSON)   KEYS[2] the app's set
+-- Called by Store.list_endpoints (relay/queue/endpoints.py) for one app.
+--
+-- KEYS[1] endpoints (hash id -> JSON)   Keys.endpoints
+-- KEYS[2] the app's set                 Keys.app(app)
 -- Returns a list of endpoint JSON strings.
 local ids = redis.call("SMEMBERS", KEYS[2])
 if #ids == 0 then return {} end

@@ -1,35 +1,43 @@
 -- expire.lua: remove finished deliveries past their retention, and every index entry
 -- that points at them; an event goes with its last delivery.
 --
--- Bounded per call (ARGV[4] deliveries at most), so a large backlog is worked off in
+-- Bounded per call (ARGV[7] deliveries at most), so a large backlog is worked off in
 -- many short calls instead of one long one that would stall Redis. Many sweepers may
 -- run it at once: each id is taken with ZREM, so exactly one of them removes it.
 -- Only ids still in the succeeded / dead sets are touched: a replayed delivery left
--- them for due, so it is never expired; pending and in-flight ones never are either.
+-- them for due, so it is never expired; pending, held and in-flight ones never are
+-- either. Called by Store.expire_shard (relay/queue/transitions.py).
 --
 -- KEYS[1] succeeded (zset, score = finish time)   KEYS[2] dead (zset, score = time of death)
 -- KEYS[3] deliveries index (zset)                  KEYS[4] events index (zset)
--- ARGV[1] shard key prefix, e.g. "relay:v1:{s0}:": delivery, log, event and endpoint-index
---         keys are built from it, since the ids are only known in here (same hash tag,
---         so the same slot as KEYS[1])
--- ARGV[2] succeeded cutoff, ms: succeeded deliveries finished at or before it go ("-1": none)
--- ARGV[3] dead cutoff, ms: dead deliveries that died at or before it go ("-1": none)
--- ARGV[4] most deliveries to remove in this call
+-- ARGV[1] delivery key prefix        ShardKeys.delivery_prefix        (relay:v1:{s0}:dlv:)
+-- ARGV[2] attempt log prefix         ShardKeys.log_prefix             (relay:v1:{s0}:log:)
+-- ARGV[3] event key prefix           ShardKeys.event_prefix           (relay:v1:{s0}:evt:)
+-- ARGV[4] endpoint index prefix      ShardKeys.endpoint_index_prefix  (relay:v1:{s0}:ep:)
+--         The ids are only known in here, so their keys are prefix .. id (same hash
+--         tag, so the same slot as KEYS[1]).
+-- ARGV[5] succeeded cutoff, ms: succeeded deliveries finished at or before it go ("-1": none)
+-- ARGV[6] dead cutoff, ms: dead deliveries that died at or before it go ("-1": none)
+-- ARGV[7] most deliveries to remove in this call
 --
 -- Returns {deliveries removed, events removed, 1 when the limit cut this call short else 0}
-local prefix = ARGV[1]
-local budget = tonumber(ARGV[4])
+local dlv_prefix = ARGV[1]
+local log_prefix = ARGV[2]
+local evt_prefix = ARGV[3]
+local ep_prefix = ARGV[4]
+local budget = tonumber(ARGV[7])
 local removed, events, more = 0, 0, 0
 
--- One command for many members (in chunks: Lua's unpack has a stack limit).
-local function each_chunk(cmd, key, members)
+-- One command for many members or keys (in chunks: Lua's unpack has a stack limit).
+local function zrem_chunks(zkey, members)
   for i = 1, #members, 500 do
-    local stop = math.min(i + 499, #members)
-    if key then
-      redis.call(cmd, key, unpack(members, i, stop))
-    else
-      redis.call(cmd, unpack(members, i, stop))
-    end
+    redis.call("ZREM", zkey, unpack(members, i, math.min(i + 499, #members)))
+  end
+end
+
+local function del_chunks(doomed_keys)
+  for i = 1, #doomed_keys, 500 do
+    redis.call("DEL", unpack(doomed_keys, i, math.min(i + 499, #doomed_keys)))
   end
 end
 
@@ -40,20 +48,20 @@ local function last_of_event(ekey)
   return redis.call("HINCRBY", ekey, "live", -1) <= 0
 end
 
-local function sweep(set, cutoff)
+local function sweep(zkey, cutoff)
   if cutoff < 0 or budget <= 0 then return end
-  local ids = redis.call("ZRANGEBYSCORE", set, "-inf", cutoff, "LIMIT", 0, budget)
+  local ids = redis.call("ZRANGEBYSCORE", zkey, "-inf", cutoff, "LIMIT", 0, budget)
   if #ids == 0 then return end
   if #ids == budget then more = 1 end
   budget = budget - #ids
-  each_chunk("ZREM", set, ids)
-  each_chunk("ZREM", KEYS[3], ids)
+  zrem_chunks(zkey, ids)
+  zrem_chunks(KEYS[3], ids)
   local doomed, by_endpoint, gone_events = {}, {}, {}
   for _, id in ipairs(ids) do
-    local dkey = prefix .. "dlv:" .. id
+    local dkey = dlv_prefix .. id
     local f = redis.call("HMGET", dkey, "event_id", "endpoint_id")
     doomed[#doomed + 1] = dkey
-    doomed[#doomed + 1] = prefix .. "log:" .. id
+    doomed[#doomed + 1] = log_prefix .. id
     if f[2] then
       local list = by_endpoint[f[2]]
       if not list then
@@ -63,22 +71,22 @@ local function sweep(set, cutoff)
       list[#list + 1] = id
     end
     if f[1] then
-      local ekey = prefix .. "evt:" .. f[1]
+      local ekey = evt_prefix .. f[1]
       if last_of_event(ekey) then
         doomed[#doomed + 1] = ekey
         gone_events[#gone_events + 1] = f[1]
       end
     end
   end
-  each_chunk("DEL", nil, doomed)
+  del_chunks(doomed)
   for endpoint_id, list in pairs(by_endpoint) do
-    each_chunk("ZREM", prefix .. "ep:" .. endpoint_id, list)
+    zrem_chunks(ep_prefix .. endpoint_id, list)
   end
-  if #gone_events > 0 then each_chunk("ZREM", KEYS[4], gone_events) end
+  if #gone_events > 0 then zrem_chunks(KEYS[4], gone_events) end
   removed = removed + #ids
   events = events + #gone_events
 end
 
-sweep(KEYS[1], tonumber(ARGV[2]))
-sweep(KEYS[2], tonumber(ARGV[3]))
+sweep(KEYS[1], tonumber(ARGV[5]))
+sweep(KEYS[2], tonumber(ARGV[6]))
 return {removed, events, more}

@@ -1,24 +1,32 @@
 -- hold.lua: park claimed deliveries of a disabled endpoint, without charging an attempt.
 --
--- They leave the due queue for a per-endpoint held set, so a disabled endpoint costs no
--- claims at all; re-enabling the endpoint moves them back (resume.lua).
+-- Each one fenced on its claim token goes to status "held": out of processing and due
+-- (a disabled endpoint costs no claims at all), into the endpoint's held set, which
+-- resume.lua moves back to due when the endpoint is enabled again, and into the shard's
+-- held index, which lists and counts held deliveries. Called by Store.hold
+-- (relay/queue/transitions.py).
 --
--- KEYS[1] processing (zset)   KEYS[2] held set of the endpoint (zset)   KEYS[3..] delivery hashes
--- ARGV[1..n] claim tokens (same order)   ARGV[n+1..] delivery ids
+-- KEYS[1] processing (zset)                           ShardKeys.processing
+-- KEYS[2] held set of the endpoint (zset)             ShardKeys.held(endpoint_id)
+-- KEYS[3] held index of the shard (zset)              ShardKeys.held_index
+-- KEYS[4..3+n] delivery hashes, one per item          ShardKeys.delivery(id)
+-- ARGV[1] n, the number of items
+-- ARGV[2..1+n] claim tokens   ARGV[2+n..1+2n] delivery ids (same order as the hashes)
 -- Returns the number held.
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local n = #KEYS - 3  -- the last key is the slot guard (relay/scripts.py)
+local n = tonumber(ARGV[1])
 local held = 0
 for i = 1, n do
-  local dkey = KEYS[2 + i]
-  local id = ARGV[n + i]
-  if redis.call("HGET", dkey, "claim") == ARGV[i] then
+  local dkey = KEYS[3 + i]
+  local id = ARGV[1 + n + i]
+  if redis.call("HGET", dkey, "claim") == ARGV[1 + i] then
     redis.call("HINCRBY", dkey, "attempts", -1)
     redis.call("HDEL", dkey, "claim", "lease_until", "next_attempt_at")
-    redis.call("HSET", dkey, "status", "pending", "held", "endpoint_disabled", "updated_at", now)
+    redis.call("HSET", dkey, "status", "held", "held", "endpoint_disabled", "updated_at", now)
     redis.call("ZREM", KEYS[1], id)
     redis.call("ZADD", KEYS[2], now, id)
+    redis.call("ZADD", KEYS[3], now, id)
     held = held + 1
   end
 end

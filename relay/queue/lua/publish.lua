@@ -1,11 +1,13 @@
 -- publish.lua: store one event, its deliveries and their queue entries, all or nothing.
+-- Called by Store.publish (relay/queue/transitions.py), which builds these from keys.py.
 --
--- KEYS[1]  idempotency key (string; only touched when ARGV[1] == "1")
--- KEYS[2]  event hash                  relay:v1:{sN}:evt:<event_id>
--- KEYS[3]  events index (zset)         relay:v1:{sN}:events
--- KEYS[4]  due queue (zset)            relay:v1:{sN}:due
--- KEYS[5]  deliveries index (zset)     relay:v1:{sN}:deliveries
--- KEYS[6..] per delivery, two keys:    delivery hash, endpoint index (zset)
+-- KEYS[1]  idempotency key (string)    ShardKeys.idempotency(app, key); only touched when
+--          ARGV[1] == "1" (without an Idempotency-Key the event hash again, untouched)
+-- KEYS[2]  event hash                  ShardKeys.event(event_id)
+-- KEYS[3]  events index (zset)         ShardKeys.events
+-- KEYS[4]  due queue (zset)            ShardKeys.due
+-- KEYS[5]  deliveries index (zset)     ShardKeys.deliveries
+-- KEYS[6..5+2n] per delivery, two keys: ShardKeys.delivery(id), ShardKeys.endpoint_index(ep)
 --
 -- ARGV[1]  "1" when an Idempotency-Key guards this publish
 -- ARGV[2]  idempotency value (JSON: body hash + first answer)
@@ -13,8 +15,9 @@
 -- ARGV[4]  event id   ARGV[5] type   ARGV[6] app   ARGV[7] body (exact bytes sent)
 -- ARGV[8]  created_at, ms        ARGV[9] max attempts
 -- ARGV[10] wake channel          ARGV[11] deliveries JSON (for the event hash)
--- ARGV[12..] per delivery, two values: delivery id, endpoint id
--- ARGV[last] retention, ms: an event with no delivery is not indexed and expires after it
+-- ARGV[12] retention, ms: an event with no delivery is not indexed and expires after it
+-- ARGV[13] n, the number of deliveries
+-- ARGV[14..13+2n] per delivery, two values: delivery id, endpoint id
 --
 -- The event hash keeps "live", the number of its deliveries still stored: expire.lua
 -- counts it down and removes the event with its last delivery.
@@ -30,13 +33,13 @@ local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local created = ARGV[8]
 
-local n = (#KEYS - 6) / 2  -- the last key is the slot guard (relay/scripts.py)
+local n = tonumber(ARGV[13])
 redis.call("HSET", KEYS[2], "id", ARGV[4], "type", ARGV[5], "app", ARGV[6],
   "body", ARGV[7], "created_at", created, "deliveries", ARGV[11], "live", n)
 if n > 0 then
   redis.call("ZADD", KEYS[3], created, ARGV[4])
 else -- no delivery will ever expire it, so it carries its own TTL and stays out of the index
-  redis.call("PEXPIRE", KEYS[2], ARGV[#ARGV])
+  redis.call("PEXPIRE", KEYS[2], ARGV[12])
 end
 
 -- Wake sleeping workers only when nothing was due yet: a busy queue is being drained.
@@ -46,8 +49,8 @@ local wake = (head[2] == nil) or (tonumber(head[2]) > now)
 for i = 1, n do
   local dkey = KEYS[4 + 2 * i]
   local ekey = KEYS[5 + 2 * i]
-  local did = ARGV[10 + 2 * i]
-  local eid = ARGV[11 + 2 * i]
+  local did = ARGV[12 + 2 * i]
+  local eid = ARGV[13 + 2 * i]
   redis.call("HSET", dkey, "id", did, "event_id", ARGV[4], "endpoint_id", eid,
     "app", ARGV[6], "type", ARGV[5], "status", "pending", "attempts", 0,
     "max_attempts", ARGV[9], "created_at", created, "updated_at", now,

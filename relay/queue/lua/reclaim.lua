@@ -4,27 +4,32 @@
 -- set; this moves them back so another worker sends them (at-least-once). The attempt
 -- was already counted at claim, so a delivery that kills its worker every time reaches
 -- dead once its attempts are spent. Two reclaimers racing: the ZREM decides, one wins.
+-- Called by Store.reclaim (relay/queue/transitions.py).
 --
--- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] dead (zset)   KEYS[4] shard stats (hash)
--- ARGV[1] shard key prefix (delivery hash and log keys are built from it: the expired
---         ids are only known inside the script; same hash tag, same slot)
--- ARGV[2] limit   ARGV[3] wake channel
+-- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] dead (zset)
+-- KEYS[4] shard stats (hash)                          ShardKeys.due/processing/dead/stats
+-- ARGV[1] delivery key prefix   ShardKeys.delivery_prefix  (relay:v1:{s0}:dlv:)
+-- ARGV[2] attempt log prefix    ShardKeys.log_prefix       (relay:v1:{s0}:log:)
+--         (the expired ids are only known in here; same hash tag, same slot)
+-- ARGV[3] limit   ARGV[4] wake channel (ShardKeys.wake)
 --
 -- Returns {reclaimed, sent_to_dead, id1, id2, ...}
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local prefix = ARGV[1]
-local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", now, "LIMIT", 0, tonumber(ARGV[2]))
+local dlv_prefix = ARGV[1]
+local log_prefix = ARGV[2]
+local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", now, "LIMIT", 0, tonumber(ARGV[3]))
 local back, dead = 0, 0
 local res = {0, 0}
 for _, id in ipairs(ids) do
   if redis.call("ZREM", KEYS[2], id) == 1 then
-    local dkey = prefix .. "dlv:" .. id
+    local dkey = dlv_prefix .. id
     local f = redis.call("HMGET", dkey, "attempts", "max_attempts", "worker")
     if f[1] then
       local num = redis.call("HINCRBY", dkey, "log_n", 1)
       local err = "lease expired: worker " .. (f[3] or "?") .. " did not report an outcome"
-      redis.call("RPUSH", prefix .. "log:" .. id, cjson.encode({n = num, at = now,
+      local lkey = log_prefix .. id
+      redis.call("RPUSH", lkey, cjson.encode({n = num, at = now,
         error = "lease_expired", detail = err, worker = f[3] or ""}))
       redis.call("HDEL", dkey, "claim", "lease_until")
       redis.call("HSET", dkey, "last_error", err, "updated_at", now)
@@ -47,5 +52,5 @@ res[2] = dead
 if back + dead > 0 then
   redis.call("HINCRBY", KEYS[4], "reclaimed", back + dead)
 end
-if back > 0 then redis.call("PUBLISH", ARGV[3], "due") end
+if back > 0 then redis.call("PUBLISH", ARGV[4], "due") end
 return res

@@ -4,11 +4,13 @@
 -- delivery) changes nothing but the attempt log: its request is appended there with
 -- the next free number and "fenced": true, and the current owner's state stands.
 --
--- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] succeeded (zset)   KEYS[4] dead (zset)
--- KEYS[5..] per item, two keys: delivery hash, attempt log (list)
+-- Called by Store.record (relay/queue/transitions.py), which builds these from keys.py.
 --
--- ARGV[1] wake channel
--- ARGV[2..] per item, seven values: delivery id, claim token,
+-- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] succeeded (zset)   KEYS[4] dead (zset)
+-- KEYS[5..4+2n] per item, two keys: ShardKeys.delivery(id), ShardKeys.log(id) (a list)
+--
+-- ARGV[1] wake channel (ShardKeys.wake)   ARGV[2] n, the number of items
+-- ARGV[3..2+7n] per item, seven values: delivery id, claim token,
 --           outcome ("succeeded" | "retry" | "dead" | "defer"), retry delay ms,
 --           status code ("" for none), error ("" for none),
 --           attempt log entry: a JSON object without its "n" (and "fenced") field
@@ -21,11 +23,11 @@ local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local res = {}
 local wake = false
-local n = (#KEYS - 5) / 2  -- the last key is the slot guard (relay/scripts.py)
+local n = tonumber(ARGV[2])
 for i = 1, n do
   local dkey = KEYS[3 + 2 * i]
   local lkey = KEYS[4 + 2 * i]
-  local b = 1 + (i - 1) * 7
+  local b = 2 + (i - 1) * 7
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local entry = ARGV[b + 7]
   local mine = redis.call("HGET", dkey, "claim") == token
@@ -43,9 +45,9 @@ for i = 1, n do
     if redis.call("EXISTS", dkey) == 0 then
       res[i] = 0
     else
-    local num = redis.call("HINCRBY", dkey, "log_n", 1)
-    redis.call("RPUSH", lkey, '{"n":' .. num .. ',"fenced":true,' .. string.sub(entry, 2))
-    res[i] = 0
+      local num = redis.call("HINCRBY", dkey, "log_n", 1)
+      redis.call("RPUSH", lkey, '{"n":' .. num .. ',"fenced":true,' .. string.sub(entry, 2))
+      res[i] = 0
     end
   else
     local num = redis.call("HINCRBY", dkey, "log_n", 1)

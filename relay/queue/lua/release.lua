@@ -3,22 +3,23 @@
 -- The sends were interrupted by the worker's shutdown: each may or may not have reached
 -- the receiver, so each gets an attempt-log entry ("handed_back") like any request made.
 --
+-- Called by Store.release (relay/queue/transitions.py).
+--
 -- KEYS[1] due (zset)   KEYS[2] processing (zset)
--- KEYS[3..] per item, two keys: delivery hash, attempt log (list)
--- KEYS[last] slot guard (relay/scripts.py)
--- ARGV[1] wake channel   ARGV[2] worker id
--- ARGV[3..] per item, two values: claim token, delivery id
+-- KEYS[3..2+2n] per item, two keys: ShardKeys.delivery(id), ShardKeys.log(id) (a list)
+-- ARGV[1] wake channel   ARGV[2] worker id   ARGV[3] n, the number of items
+-- ARGV[4..3+2n] per item, two values: claim token, delivery id
 --
 -- Returns one integer per item: 1 handed back, 0 the claim was no longer ours.
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local n = (#KEYS - 3) / 2
+local n = tonumber(ARGV[3])
 local res = {}
 local any = false
 for i = 1, n do
   local dkey = KEYS[1 + 2 * i]
   local lkey = KEYS[2 + 2 * i]
-  local token, id = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
+  local token, id = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
   if redis.call("HGET", dkey, "claim") == token then
     local attempt = redis.call("HGET", dkey, "attempts")
     local num = redis.call("HINCRBY", dkey, "log_n", 1)

@@ -3,20 +3,24 @@
 -- Conditional in one script, so two operators replaying at once cannot both win:
 -- the first flips the status to pending, the second finds it pending and is refused.
 --
+-- Held, pending and in-flight deliveries are refused (their status is returned).
+-- Called by Store.replay (relay/queue/transitions.py).
+--
 -- KEYS[1] due (zset)   KEYS[2] succeeded (zset)   KEYS[3] dead (zset)
--- KEYS[4..] delivery hashes, one per item
--- ARGV[1] wake channel   ARGV[2] max attempts   ARGV[3..] delivery ids (same order)
+-- KEYS[4..3+n] delivery hashes, one per item   ShardKeys.delivery(id)
+-- ARGV[1] wake channel   ARGV[2] max attempts   ARGV[3] n, the number of items
+-- ARGV[4..3+n] delivery ids (same order as the hashes)
 --
 -- Returns one value per item: "ok", or the status that made it not replayable
 -- ("" when the delivery does not exist).
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local n = #KEYS - 4  -- the last key is the slot guard (relay/scripts.py)
+local n = tonumber(ARGV[3])
 local res = {}
 local any = false
 for i = 1, n do
   local dkey = KEYS[3 + i]
-  local id = ARGV[2 + i]
+  local id = ARGV[3 + i]
   local status = redis.call("HGET", dkey, "status")
   if status == "dead" or status == "succeeded" then
     redis.call("ZREM", KEYS[2], id)

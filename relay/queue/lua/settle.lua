@@ -4,9 +4,12 @@
 -- breaker opens on exactly the threshold-th consecutive failure. A failed half-open probe
 -- reopens it with a longer cooldown (doubling, capped); a success closes it.
 --
--- KEYS[1] breaker (hash)   KEYS[2] in-flight slots (zset)
+-- Called by Store.settle (relay/queue/endpoints.py).
+--
+-- KEYS[1] breaker (hash)   EndpointKeys.breaker   KEYS[2] in-flight slots (zset)   EndpointKeys.inflight
 -- ARGV[1] threshold   ARGV[2] base cooldown, ms   ARGV[3] max cooldown, ms
--- ARGV[4..] per result, two values: claim token, "1" success / "0" failure / "-" neutral
+-- ARGV[4] n, the number of results
+-- ARGV[5..4+2n] per result, two values: claim token, "1" success / "0" failure / "-" neutral
 --           (neutral: no verdict on the endpoint's health, e.g. 429 pacing)
 --
 -- Returns {state, consecutive failures, open_until, failing_since (ms or 0), last_success_at}
@@ -14,10 +17,10 @@ local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local threshold = tonumber(ARGV[1])
 local b = KEYS[1]
-local n = (#ARGV - 3) / 2
+local n = tonumber(ARGV[4])
 for i = 1, n do
-  local token = ARGV[2 + 2 * i]
-  local verdict = ARGV[3 + 2 * i]
+  local token = ARGV[3 + 2 * i]
+  local verdict = ARGV[4 + 2 * i]
   redis.call("ZREM", KEYS[2], token)
   local state = redis.call("HGET", b, "state") or "closed"
   local is_probe = redis.call("HGET", b, "probe") == token

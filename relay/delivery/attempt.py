@@ -1,0 +1,162 @@
+"""One attempt at a delivery: send it, classify the answer, build what gets recorded.
+
+The pure parts are functions: :func:`decide` (the retry policy applied to one answer),
+:func:`verdict` (what the answer says about the endpoint's health) and :func:`outcome`
+(the :class:`Outcome` with its attempt-log entry). :class:`Attempter` does the I/O: the
+``before_send`` hook, the request, counters, metrics and the log line.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+
+from relay.delivery import sender
+from relay.delivery.stats import Stats
+from relay.domain import retry
+from relay.ops import metrics
+from relay.queue.store import Claimed, Outcome
+from relay.settings import Settings
+
+log = structlog.get_logger("relay.worker")
+
+BeforeSend = Callable[[Claimed], Awaitable[None] | None]
+
+
+def decide(
+    c: Claimed,
+    resp: sender.Response,
+    settings: Settings,
+    *,
+    clock: Callable[[], float] = time.time,
+    rand: Callable[[], float] = random.random,
+) -> retry.Decision:
+    """Succeeded, retry (after how long) or dead, for this answer to this attempt."""
+    retry_after = None
+    if resp.status in (429, 503):
+        retry_after = retry.parse_retry_after(resp.retry_after, clock())
+    return retry.decide(
+        status=resp.status,
+        attempts=c.attempts,
+        max_attempts=c.max_attempts,
+        schedule=settings.retry_schedule,
+        jitter=settings.retry_jitter,
+        retry_after=retry_after,
+        retry_after_cap=settings.retry_after_cap,
+        rand=rand,
+    )
+
+
+def verdict(status: int | None) -> str:
+    """For the endpoint's breaker: "1" success, "0" failure, "-" neither."""
+    if status is not None and 200 <= status < 300:
+        return "1"
+    if status == 429:
+        return "-"  # pacing, not ill health
+    return "0"
+
+
+def outcome(
+    c: Claimed,
+    result: str,
+    delay_ms: int,
+    status: int | None,
+    error: str,
+    detail: str,
+    *,
+    worker: str,
+    at_ms: int,
+    duration: float = 0.0,
+) -> Outcome:
+    """What ``Store.record`` writes for this attempt, with its attempt-log entry."""
+    entry = orjson.dumps(
+        {
+            "attempt": c.attempts,
+            "at": at_ms,
+            "duration_ms": round(duration * 1000, 2),
+            "status_code": status,
+            "error": error or None,
+            "detail": detail[: sender.BODY_CAP] or None,
+            "outcome": result,
+            "worker": worker,
+        }
+    )
+    return Outcome(c.id, c.token, result, delay_ms, status, error, entry)
+
+
+class Attempter:
+    """Makes attempts through one client session (set ``session`` before the first)."""
+
+    def __init__(
+        self, settings: Settings, stats: Stats, before_send: BeforeSend | None = None
+    ) -> None:
+        self.settings = settings
+        self.stats = stats
+        self.session: aiohttp.ClientSession | None = None
+        self.before_send = before_send
+        self.avg_ms: dict[str, float] = {}  # send duration per endpoint, moving average
+
+    async def attempt(
+        self, c: Claimed, endpoint: dict[str, Any] | None
+    ) -> tuple[Outcome, str | None]:
+        """Send once; returns the outcome and the breaker verdict (None: no request)."""
+        worker = self.settings.worker_id
+        if endpoint is None:
+            at = int(time.time() * 1000)
+            dead = outcome(
+                c,
+                "dead",
+                0,
+                None,
+                "endpoint_deleted",
+                "endpoint was deleted",
+                worker=worker,
+                at_ms=at,
+            )
+            return dead, None
+        if self.before_send is not None:
+            maybe = self.before_send(c)
+            if maybe is not None:
+                await maybe
+        assert self.session is not None
+        resp = await sender.send(
+            self.session,
+            endpoint=endpoint,
+            event_id=c.event_id,
+            delivery_id=c.id,
+            attempt=c.attempts,
+            body=c.body.encode(),
+        )
+        self.stats.sent += 1
+        decision = decide(c, resp, self.settings)
+        self.stats.outcomes[decision.outcome] = self.stats.outcomes.get(decision.outcome, 0) + 1
+        metrics.observe_attempt(decision.outcome, resp.status, resp.duration)
+        error = resp.error or ("" if resp.status and 200 <= resp.status < 300 else "http_status")
+        log.info(
+            "delivery.attempt",
+            status=resp.status,
+            outcome=decision.outcome,
+            error=resp.error or None,
+            duration_ms=round(resp.duration * 1000, 2),
+            next_in_s=round(decision.delay, 3) if decision.outcome == "retry" else None,
+        )
+        ewma = self.avg_ms.get(c.endpoint_id, resp.duration * 1000)
+        self.avg_ms[c.endpoint_id] = 0.8 * ewma + 0.2 * resp.duration * 1000
+        done = outcome(
+            c,
+            decision.outcome,
+            int(decision.delay * 1000),
+            resp.status,
+            error,
+            resp.detail or resp.body,
+            worker=worker,
+            at_ms=int(time.time() * 1000),
+            duration=resp.duration,
+        )
+        return done, verdict(resp.status)

@@ -1,0 +1,92 @@
+"""The client, the settings and the keys every part of the Store shares.
+
+:class:`StoreBase` is what :class:`relay.queue.store.Store` is made of before its
+parts (transitions, reads, endpoint records, dashboard reads) are mixed in: the Redis
+client (held only by the queue layer), the key builder and the registered scripts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+from relay.domain import ids
+from relay.queue.keys import Keys, ShardKeys
+from relay.queue.scripts import Scripts
+from relay.settings import Settings
+
+
+def connect(settings: Settings) -> Any:
+    """An asyncio Redis (or Redis Cluster) client for ``settings.redis_url``."""
+    if settings.redis_cluster:
+        # reinitialize_steps=0: a MOVED patches that slot in the client's map. The default
+        # (5) closes every node connection on each 5th MOVED, under the commands other
+        # tasks have in flight on them (redis-py 8.1: AttributeError 'writelines' there),
+        # and a slot being migrated sends MOVED often (ASKING and the command it covers
+        # may leave on different pooled connections). max_connections is per node, and
+        # past it a command fails at once (MaxConnectionsError; no blocking pool here):
+        # room for a busy API replica, opened only as needed.
+        return RedisCluster.from_url(
+            settings.redis_url, decode_responses=True, reinitialize_steps=0, max_connections=1024
+        )
+    # A blocking pool: past max_connections a command waits for a free connection
+    # instead of failing with MaxConnectionsError (which made busy API replicas 500).
+    pool = aioredis.BlockingConnectionPool.from_url(
+        settings.redis_url,
+        decode_responses=True,
+        health_check_interval=30,
+        max_connections=256,
+        timeout=20,
+    )
+    return aioredis.Redis.from_pool(pool)
+
+
+class StoreBase:
+    """relay's Redis data model, for one client and one settings object."""
+
+    def __init__(self, client: Any, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix, settings.shards)
+        self.scripts = Scripts(client)
+        # bumped by every endpoint write made through this Store, so a cache in the same
+        # process never serves what was there before its own write
+        self.endpoint_epoch = 0
+
+    async def start(self) -> None:
+        await self.scripts.load()
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def ping(self) -> bool:
+        """True when Redis answers (``/readyz``); raises when it does not."""
+        return bool(await self.redis.ping())
+
+    async def now_ms(self) -> int:
+        """Redis's clock (``TIME``), in ms since the epoch: the clock the scripts use.
+
+        A command of its own: a cluster pipeline refuses keyless commands.
+        """
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def wake_pubsub(self, attempt: int = 0) -> Any:
+        """A pub/sub connection for the shards' wake channels (``attempt``: reconnects so far).
+
+        On a cluster the scripts' PUBLISH reaches every node, so one node's connection
+        hears all shards; each reconnect takes the next node the client knows, so a node
+        that failed is not retried first.
+        """
+        if not isinstance(self.redis, RedisCluster):
+            return self.redis.pubsub()
+        nodes = self.redis.get_nodes()
+        return self.redis.pubsub(node=nodes[attempt % len(nodes)])
+
+    def shard_keys_for(self, ident: str) -> ShardKeys | None:
+        shard = ids.shard_of(ident)
+        if shard is None or shard >= self.settings.shards:
+            return None
+        return self.keys.shard(shard)

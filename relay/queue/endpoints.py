@@ -1,0 +1,175 @@
+"""Endpoint records (``{cfg}``) and each endpoint's shared health state (``{ep_X}``).
+
+The typed wrappers of ``endpoint_put.lua``, ``endpoint_delete.lua``,
+``endpoints_for_app.lua``, ``admit.lua`` and ``settle.lua``, and the plain reads and
+writes of the same keys. The policy (thresholds, bursts, what an operator's re-enable
+forgets) is :mod:`relay.endpoints.health`'s; this module only moves it in and out of
+Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import orjson
+
+from relay.queue.base import StoreBase
+from relay.queue.records import Admission, Settled
+
+
+class EndpointRecords(StoreBase):
+    # ------------------------------------------------------------------ records
+
+    @contextlib.contextmanager
+    def _endpoint_write(self) -> Iterator[None]:
+        """Bump ``endpoint_epoch`` before and after a write: a cache fill that started
+        before it, or overlapped it, must not be kept."""
+        self.endpoint_epoch += 1
+        try:
+            yield
+        finally:
+            self.endpoint_epoch += 1
+
+    async def _endpoint_put(
+        self, endpoint: dict[str, Any], *, old_app: str | None = None, expected: str | None = None
+    ) -> bool:
+        """Write an endpoint and its app index (``endpoint_put.lua``); with ``expected``
+        (the JSON read before) only if it still holds that. True when written."""
+        app = self.keys.app(endpoint["app"])
+        keys = [self.keys.endpoints, app, self.keys.app(old_app) if old_app is not None else app]
+        args: list[Any] = [endpoint["id"], orjson.dumps(endpoint), self.keys.endpoints_changed]
+        if expected is not None:
+            args.append(expected)
+        with self._endpoint_write():
+            return bool(int(await self.scripts.endpoint_put(keys=keys, args=args)))
+
+    async def put_endpoint(self, endpoint: dict[str, Any]) -> None:
+        """Create (or overwrite) an endpoint; changes go through :meth:`update_endpoint`."""
+        await self._endpoint_put(endpoint)
+
+    async def update_endpoint(
+        self, endpoint_id: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Read, ``change``, compare-and-set; retried when another writer got in between.
+
+        ``change`` gets a copy and returns the new endpoint (or None to write nothing).
+        Returns ``(before, after)``, or None when the endpoint does not exist.
+        """
+        for _ in range(20):
+            raw = await self.redis.hget(self.keys.endpoints, endpoint_id)
+            if raw is None:
+                return None
+            before = orjson.loads(raw)
+            after = change(orjson.loads(raw))
+            if after is None:
+                return before, before
+            if await self._endpoint_put(after, old_app=before["app"], expected=raw):
+                return before, after
+        raise RuntimeError(f"endpoint {endpoint_id} kept changing; gave up after 20 tries")
+
+    async def get_endpoint(self, endpoint_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.hget(self.keys.endpoints, endpoint_id)
+        return orjson.loads(raw) if raw else None
+
+    async def get_endpoints(self, endpoint_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        wanted = list(dict.fromkeys(endpoint_ids))
+        if not wanted:
+            return {}
+        values = await self.redis.hmget(self.keys.endpoints, wanted)
+        return {i: orjson.loads(v) for i, v in zip(wanted, values, strict=True) if v}
+
+    async def list_endpoints(self, app: str | None = None) -> list[dict[str, Any]]:
+        """Every endpoint (of one app: ``endpoints_for_app.lua``, one round trip), by id."""
+        if app is not None:
+            raw = await self.scripts.endpoints_for_app(
+                keys=[self.keys.endpoints, self.keys.app(app)]
+            )
+        else:
+            raw = await self.redis.hvals(self.keys.endpoints)
+        return sorted((orjson.loads(v) for v in raw), key=lambda e: e["id"])
+
+    async def endpoint_count_and_ids(self, cap: int) -> tuple[int, list[str]]:
+        """How many endpoints there are, and the ids of at most ``cap`` of them (sorted):
+        every id when there are no more than ``cap``, else the first ``cap`` HSCAN gives."""
+        key = self.keys.endpoints
+        count = int(await self.redis.hlen(key))
+        if count <= cap:
+            return count, sorted(await self.redis.hkeys(key))
+        # Too many to list: take the first `cap` that HSCAN hands out (HSCAN may repeat a
+        # field, hence the set).
+        ids: set[str] = set()
+        async for field, _ in self.redis.hscan_iter(key, count=cap):
+            ids.add(field)
+            if len(ids) >= cap:
+                break
+        return count, sorted(ids)
+
+    async def delete_endpoint(self, endpoint: dict[str, Any]) -> bool:
+        """Delete an endpoint and its app index entry (``endpoint_delete.lua``)."""
+        with self._endpoint_write():
+            done = await self.scripts.endpoint_delete(
+                keys=[self.keys.endpoints, self.keys.app(endpoint["app"])],
+                args=[endpoint["id"], self.keys.endpoints_changed],
+            )
+        return bool(done)
+
+    # ------------------------------------------------------------------ shared health state
+
+    async def delete_endpoint_state(self, endpoint_id: str) -> None:
+        """Drop an endpoint's breaker, rate and in-flight keys (one slot: its own tag)."""
+        ek = self.keys.endpoint_state(endpoint_id)
+        await self.redis.delete(ek.breaker, ek.rate, ek.inflight)
+
+    async def admit(
+        self,
+        endpoint_id: str,
+        tokens: Sequence[str],
+        *,
+        rate: float,
+        burst: int,
+        max_in_flight: int,
+        slot_hold_ms: int,
+        spread_ms: int,
+    ) -> Admission:
+        """Which of these claims may be sent now, for all workers together (``admit.lua``):
+        breaker, then in-flight cap (0: none), then rate (requests/s, 0: none)."""
+        ek = self.keys.endpoint_state(endpoint_id)
+        res = await self.scripts.admit(
+            keys=[ek.breaker, ek.rate, ek.inflight],
+            args=[rate, burst, max_in_flight, slot_hold_ms, spread_ms, len(tokens), *tokens],
+        )
+        return Admission(res[0], [int(float(x)) for x in res[1:]])
+
+    async def settle(
+        self,
+        endpoint_id: str,
+        results: Sequence[tuple[str, str]],
+        *,
+        threshold: int,
+        cooldown_ms: int,
+        cooldown_max_ms: int,
+    ) -> Settled:
+        """Count results in the breaker and free their slots (``settle.lua``).
+        ``results``: (claim token, "1" success | "0" failure | "-" neutral)."""
+        ek = self.keys.endpoint_state(endpoint_id)
+        args: list[Any] = [threshold, cooldown_ms, cooldown_max_ms, len(results)]
+        for token, verdict in results:
+            args += [token, verdict]
+        r = await self.scripts.settle(keys=[ek.breaker, ek.inflight], args=args)
+        return Settled(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]))
+
+    async def breaker_states(self, endpoint_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """Each endpoint's raw breaker hash (empty when it has none), one round trip."""
+        if not endpoint_ids:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for e in endpoint_ids:
+                pipe.hgetall(self.keys.endpoint_state(e).breaker)
+            rows = await pipe.execute()
+        return dict(zip(endpoint_ids, rows, strict=True))
+
+    async def reset_failing(self, endpoint_id: str) -> None:
+        """Forget when the endpoint's failure streak began (its ``failing_since``)."""
+        await self.redis.hdel(self.keys.endpoint_state(endpoint_id).breaker, "failing_since")

@@ -1,0 +1,246 @@
+"""Reads of deliveries and events: records, listings, counts by status, shard stats.
+
+Pipelined per shard; never a scan. Key names come from :mod:`relay.queue.keys`.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from relay.domain import matching
+from relay.queue.base import StoreBase
+from relay.queue.keys import ShardKeys
+from relay.queue.records import STATUSES, parse_delivery
+
+
+def encode_cursor(score: float, member: str) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps([score, member])).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    """Raises ValueError on anything that is not a cursor relay made."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        score, member = orjson.loads(raw)
+        return float(score), str(member)
+    except Exception as exc:  # binascii.Error, orjson.JSONDecodeError, unpacking
+        raise ValueError("cursor is not valid") from exc
+
+
+class Reads(StoreBase):
+    async def get_delivery(self, delivery_id: str, with_log: bool = True) -> dict[str, Any] | None:
+        sk = self.shard_keys_for(delivery_id)
+        if sk is None:
+            return None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(sk.delivery(delivery_id))
+            if with_log:
+                pipe.lrange(sk.log(delivery_id), 0, -1)
+            res = await pipe.execute()
+        if not res[0]:
+            return None
+        record = parse_delivery(res[0])
+        if with_log:
+            record["attempt_log"] = [orjson.loads(e) for e in res[1]]
+        return record
+
+    async def get_deliveries(self, sk: ShardKeys, delivery_ids: Sequence[str]) -> list[dict]:
+        if not delivery_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for d in delivery_ids:
+                pipe.hgetall(sk.delivery(d))
+            rows = await pipe.execute()
+        return [parse_delivery(r) for r in rows if r]
+
+    async def get_event(self, event_id: str) -> dict[str, Any] | None:
+        sk = self.shard_keys_for(event_id)
+        if sk is None:
+            return None
+        raw = await self.redis.hgetall(sk.event(event_id))
+        if not raw:
+            return None
+        body = orjson.loads(raw["body"])
+        return {
+            "id": raw["id"],
+            "type": raw["type"],
+            "app": raw["app"],
+            "created_at": int(raw["created_at"]),
+            "payload": body["data"],
+            "deliveries": orjson.loads(raw["deliveries"]),
+        }
+
+    async def event_body_length(self, event_id: str) -> int | None:
+        """Bytes of the body sent for an event (``HSTRLEN``), None for an unknown id."""
+        sk = self.shard_keys_for(event_id)
+        if sk is None:
+            return None
+        return int(await self.redis.hstrlen(sk.event(event_id), "body"))
+
+    async def list_deliveries(
+        self,
+        *,
+        status: str | None = None,
+        endpoint_id: str | None = None,
+        event_id: str | None = None,
+        event_type: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Newest first, across shards; ``cursor`` continues a previous page.
+
+        ``event_type`` is exact or a prefix pattern (``order.*``). A filter that matches
+        little scans a bounded number of index entries per call and returns the cursor of
+        where it stopped, so a page may hold fewer than ``limit`` rows and still continue.
+        """
+        after = decode_cursor(cursor) if cursor else None
+
+        def wanted(row: dict[str, Any]) -> bool:
+            return (
+                (status is None or row.get("status") == status)
+                and (endpoint_id is None or row.get("endpoint_id") == endpoint_id)
+                and (event_type is None or matching.matches([event_type], row.get("type", "")))
+            )
+
+        if event_id is not None:
+            event = await self.get_event(event_id)
+            sk = self.shard_keys_for(event_id)
+            if event is None or sk is None:
+                return [], None
+            rows = await self.get_deliveries(sk, [d["id"] for d in event["deliveries"]])
+            rows = [r for r in rows if wanted(r)]
+            # Same order and cursor as the indexes (created, id), so an event with more
+            # deliveries than one page is walked page by page like any other listing.
+            rows.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
+            if after is not None:
+                rows = [r for r in rows if (r["created_at"], r["id"]) < after]
+            if len(rows) > limit:
+                last = rows[limit - 1]
+                return rows[:limit], encode_cursor(last["created_at"], last["id"])
+            return rows, None
+
+        def source(sk: ShardKeys) -> str:
+            if endpoint_id is not None:
+                return sk.endpoint_index(endpoint_id)
+            if status is not None:
+                return {
+                    "pending": sk.due,
+                    "held": sk.held_index,
+                    "delivering": sk.processing,
+                    "succeeded": sk.succeeded,
+                    "dead": sk.dead,
+                }[status]
+            return sk.deliveries
+
+        # Each shard contributes up to limit + 1 matches, scanning at most `budget`
+        # index entries; a shard cut short by the budget bounds how far this page may go.
+        found: list[tuple[float, str, dict[str, Any]]] = []
+        cuts: list[tuple[float, str]] = []
+        budget = max(limit * 10, 200)
+        for sk in self.keys.all_shards():
+            key = source(sk)
+            top: float | str = "+inf" if after is None else after[0]
+            offset, scanned, matched = 0, 0, 0
+            while True:
+                batch = await self.redis.zrange(
+                    key,
+                    top,
+                    "-inf",
+                    desc=True,
+                    byscore=True,
+                    offset=offset,
+                    num=limit + 1,
+                    withscores=True,
+                )
+                offset += len(batch)
+                scanned += len(batch)
+                page = [
+                    (s, m)
+                    for m, s in batch
+                    if after is None or s < after[0] or (s == after[0] and m < after[1])
+                ]
+                got = {r["id"]: r for r in await self.get_deliveries(sk, [m for _, m in page])}
+                for s, m in page:
+                    r = got.get(m)
+                    if r is not None and wanted(r):
+                        found.append((s, m, r))
+                        matched += 1
+                if len(batch) <= limit or matched > limit:
+                    break
+                if scanned >= budget:
+                    cuts.append((batch[-1][1], batch[-1][0]))
+                    break
+        found.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        if cuts:
+            bound = max(cuts)
+            found = [f for f in found if (f[0], f[1]) >= bound]
+        if len(found) > limit:
+            s, m, _ = found[limit - 1]
+            return [r for _, _, r in found[:limit]], encode_cursor(s, m)
+        if cuts:
+            s, m = max(cuts)
+            return [r for _, _, r in found], encode_cursor(s, m)
+        return [r for _, _, r in found], None
+
+    async def stats(self) -> dict[str, Any]:
+        """Counts by status, queue depth and the oldest due age, one pipeline per shard."""
+        counts = dict.fromkeys(STATUSES, 0)
+        due_now = 0
+        oldest: int | None = None
+        reclaimed = 0
+        now_ms = await self.now_ms()  # one TIME, outside the pipelines
+        for sk in self.keys.all_shards():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zcard(sk.due)
+                pipe.zcard(sk.held_index)
+                pipe.zcard(sk.processing)
+                pipe.zcard(sk.succeeded)
+                pipe.zcard(sk.dead)
+                pipe.zcount(sk.due, "-inf", now_ms)
+                pipe.zrange(sk.due, 0, 0, withscores=True)
+                pipe.hget(sk.stats, "reclaimed")
+                due, held, proc, ok, dead, now_due, head, rec = await pipe.execute()
+            counts["pending"] += due
+            counts["held"] += held
+            counts["delivering"] += proc
+            counts["succeeded"] += ok
+            counts["dead"] += dead
+            due_now += now_due
+            reclaimed += int(rec or 0)
+            if now_due:  # the head is due: it is the oldest due delivery of this shard
+                score = int(head[0][1])
+                oldest = score if oldest is None else min(oldest, score)
+        return {
+            "counts": counts,
+            "queue": {
+                "due": due_now,
+                "scheduled": counts["pending"] - due_now,
+                "processing": counts["delivering"],
+                "oldest_due_age_seconds": 0.0
+                if oldest is None
+                else round((now_ms - oldest) / 1000, 3),
+            },
+            "reclaimed_total": reclaimed,
+            "shards": self.settings.shards,
+        }
+
+    async def count_dead(self, since_ms: int | None = None) -> int:
+        """Dead deliveries kept (that died at or after ``since_ms``), over every shard."""
+        low: int | str = since_ms if since_ms else "-inf"
+        return sum(
+            [int(await self.redis.zcount(sk.dead, low, "+inf")) for sk in self.keys.all_shards()]
+        )
+
+    async def count_succeeded(self, before_ms: int) -> int:
+        """Succeeded deliveries kept that finished at or before ``before_ms`` (inclusive,
+        like the cutoff of :meth:`expire_shard`), over every shard."""
+        return sum(
+            [
+                int(await self.redis.zcount(sk.succeeded, "-inf", before_ms))
+                for sk in self.keys.all_shards()
+            ]
+        )

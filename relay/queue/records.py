@@ -1,0 +1,113 @@
+"""What the queue layer hands back: typed results of its scripts, and delivery records.
+
+No Redis here: these are the values :class:`relay.queue.store.Store` returns, parsed
+from script replies and hashes, so callers never index into a raw reply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Every status a delivery can have. "held": its endpoint is disabled; it waits, out of
+# the due queue, until the endpoint is enabled again (hold.lua, resume.lua).
+STATUSES = ("pending", "held", "delivering", "succeeded", "dead")
+
+INT_FIELDS = (
+    "attempts",
+    "max_attempts",
+    "created_at",
+    "updated_at",
+    "next_attempt_at",
+    "last_attempt_at",
+    "finished_at",
+    "lease_until",
+    "log_n",
+    "replays",
+    "replayed_at",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """One delivery taken by a claim: what a worker needs to send it."""
+
+    id: str
+    token: str
+    attempts: int
+    max_attempts: int
+    event_id: str
+    endpoint_id: str
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    now_ms: int
+    next_due_ms: int | None
+    next_lease_ms: int | None
+    items: list[Claimed]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A finished send, ready for ``record``."""
+
+    id: str
+    token: str
+    outcome: str  # "succeeded" | "retry" | "dead" | "defer"
+    delay_ms: int
+    status_code: int | None
+    error: str
+    entry: bytes  # attempt log entry, JSON object without "n"
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """An endpoint's breaker state and, per claim token, 0 (send now) or ms to wait."""
+
+    state: str
+    waits: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """An endpoint's breaker after its results were settled."""
+
+    state: str
+    failures: int
+    open_until: int
+    failing_since: int
+    last_success_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Swept:
+    """One bounded expire call: deliveries and events removed, and whether more is left."""
+
+    deliveries: int
+    events: int
+    more: bool
+
+
+def num(value: str | int | None) -> int | None:
+    """An integer field or script result; None for absent, empty or the -1 sentinel."""
+    if value is None or value == "":
+        return None
+    number = int(float(value))
+    return None if number == -1 else number
+
+
+def parse_delivery(raw: dict[str, str]) -> dict[str, Any]:
+    """A delivery hash as the API and the CLI show it."""
+    out: dict[str, Any] = dict(raw)
+    for f in INT_FIELDS:
+        if f in out:
+            out[f] = num(out[f])
+    code = out.get("last_status_code")
+    out["last_status_code"] = int(code) if code else None
+    out["last_error"] = out.get("last_error") or None
+    # Scripts delete these when they stop applying; the API still lists them, as null.
+    for f in ("next_attempt_at", "finished_at", "last_attempt_at"):
+        out.setdefault(f, None)
+    return out

@@ -1,0 +1,61 @@
+"""One pub/sub subscription kept alive: subscribe, listen, reconnect with a back-off.
+
+Used by the worker (the shards' wake channels) and by the API's endpoint cache (the
+endpoint change channel). Each reconnect asks :meth:`Store.wake_pubsub` for a connection
+with the attempt number, so on a cluster it takes the next node and a failed one is not
+retried first. ``on_lost`` runs whenever the connection is gone (an error, the end of
+the stream or cancellation), before any back-off: a subscriber must assume it missed
+messages from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from relay.queue.store import Store
+
+RECONNECT_AFTER = 0.5  # seconds between a failed connection and the next one
+
+log = structlog.get_logger("relay.pubsub")
+
+
+async def keep_subscribed(
+    store: Store,
+    channels: Sequence[str],
+    on_message: Callable[[dict[str, Any]], None],
+    *,
+    on_subscribed: Callable[[], None] | None = None,
+    on_lost: Callable[[], None] | None = None,
+    name: str = "pubsub",
+) -> None:
+    """Run until cancelled. ``on_message`` gets each published message, ``on_subscribed``
+    each subscribe confirmation (one per channel); a failure is logged as
+    ``<name>.reconnect``."""
+    attempt = 0
+    while True:
+        pubsub = store.wake_pubsub(attempt)
+        attempt += 1
+        failed = False
+        try:
+            await pubsub.subscribe(*channels)
+            async for msg in pubsub.listen():
+                kind = msg.get("type")
+                if kind == "message":
+                    on_message(msg)
+                elif kind == "subscribe" and on_subscribed is not None:
+                    on_subscribed()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(f"{name}.reconnect", error=str(exc))
+            failed = True
+        finally:
+            await pubsub.aclose()
+            if on_lost is not None:
+                on_lost()
+        if failed:
+            await asyncio.sleep(RECONNECT_AFTER)

@@ -1,0 +1,198 @@
+"""Delivery transitions: one typed method per script, the only place its KEYS/ARGV are built.
+
+Each method here calls exactly one script of ``relay/queue/lua/`` (named after it, or
+said in its docstring), with keys and key prefixes from :mod:`relay.queue.keys`, and
+parses the reply into a typed value. Hot paths (publish, claim, record) are one script
+call each, nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from relay.queue.base import StoreBase
+from relay.queue.keys import ShardKeys
+from relay.queue.records import Claimed, ClaimResult, Outcome, Swept, num
+
+
+class Transitions(StoreBase):
+    # ------------------------------------------------------------------ publish
+
+    async def publish(
+        self,
+        *,
+        shard: int,
+        event_id: str,
+        event_type: str,
+        app: str,
+        body: bytes,
+        created_ms: int,
+        deliveries: Sequence[tuple[str, str]],
+        idempotency: tuple[str, bytes] | None = None,
+    ) -> str | None:
+        """Store an event with its deliveries in one script (``publish.lua``).
+
+        ``idempotency`` is ``(key, value)``; when the key is already taken nothing is
+        written and the stored value is returned instead of None.
+        """
+        sk = self.keys.shard(shard)
+        event_key = sk.event(event_id)
+        # Without an Idempotency-Key the script never touches KEYS[1]: the event hash
+        # stands in (a key of the same slot, so the call still names one slot).
+        idem_key = sk.idempotency(app, idempotency[0]) if idempotency else event_key
+        keys = [idem_key, event_key, sk.events, sk.due, sk.deliveries]
+        args: list[Any] = [
+            "1" if idempotency else "0",
+            idempotency[1] if idempotency else "",
+            int(self.settings.idempotency_ttl * 1000),
+            event_id,
+            event_type,
+            app,
+            body,
+            created_ms,
+            self.settings.max_attempts,
+            sk.wake,
+            orjson.dumps([{"id": d, "endpoint_id": e} for d, e in deliveries]),
+            int(self.settings.retention * 1000),  # TTL of an event with no delivery
+            len(deliveries),
+        ]
+        for delivery_id, endpoint_id in deliveries:
+            keys += [sk.delivery(delivery_id), sk.endpoint_index(endpoint_id)]
+            args += [delivery_id, endpoint_id]
+        res = await self.scripts.publish(keys=keys, args=args)
+        return None if int(res[0]) == 1 else res[1]
+
+    # ------------------------------------------------------------------ worker transitions
+
+    async def claim(
+        self, sk: ShardKeys, *, limit: int, lease_ms: int, token_prefix: str, worker: str
+    ) -> ClaimResult:
+        """Take up to ``limit`` due deliveries under a lease (``claim.lua``); tokens are
+        ``<token_prefix>:<n>``."""
+        res = await self.scripts.claim(
+            keys=[sk.due, sk.processing],
+            args=[
+                sk.delivery_prefix,
+                sk.event_prefix,
+                limit,
+                lease_ms,
+                token_prefix + ":",
+                worker,
+            ],
+        )
+        n = int(res[3])
+        items = []
+        for i in range(n):
+            g = res[4 + 7 * i : 11 + 7 * i]
+            items.append(Claimed(g[0], g[1], int(g[2]), int(g[3]), g[4], g[5], g[6]))
+        return ClaimResult(int(res[0]), num(res[1]), num(res[2]), items)
+
+    async def record(self, sk: ShardKeys, outcomes: Sequence[Outcome]) -> list[int]:
+        """Record outcomes, each fenced on its token (``record.lua``): 1 recorded, 0 fenced."""
+        keys = [sk.due, sk.processing, sk.succeeded, sk.dead]
+        args: list[Any] = [sk.wake, len(outcomes)]
+        for o in outcomes:
+            keys += [sk.delivery(o.id), sk.log(o.id)]
+            code = "" if o.status_code is None else o.status_code
+            args += [o.id, o.token, o.outcome, o.delay_ms, code, o.error, o.entry]
+        return [int(x) for x in await self.scripts.record(keys=keys, args=args)]
+
+    async def extend(
+        self, sk: ShardKeys, claims: Sequence[tuple[str, str]], lease_ms: int
+    ) -> list[int]:
+        """Extend the leases of ``(delivery id, token)`` claims (``extend.lua``)."""
+        keys = [sk.processing] + [sk.delivery(i) for i, _ in claims]
+        args = [lease_ms, len(claims), *(t for _, t in claims), *(i for i, _ in claims)]
+        return [int(x) for x in await self.scripts.extend(keys=keys, args=args)]
+
+    async def release(self, sk: ShardKeys, claims: Sequence[tuple[str, str]]) -> list[int]:
+        """Hand back interrupted sends, uncharged; each is logged as ``handed_back``."""
+        keys = [sk.due, sk.processing]
+        args: list[Any] = [sk.wake, self.settings.worker_id, len(claims)]
+        for delivery_id, token in claims:
+            keys += [sk.delivery(delivery_id), sk.log(delivery_id)]
+            args += [token, delivery_id]
+        return [int(x) for x in await self.scripts.release(keys=keys, args=args)]
+
+    async def reclaim(self, sk: ShardKeys, limit: int = 500) -> tuple[int, int, list[str]]:
+        """Expired leases back to due or to dead (``reclaim.lua``): (back, dead, ids)."""
+        res = await self.scripts.reclaim(
+            keys=[sk.due, sk.processing, sk.dead, sk.stats],
+            args=[sk.delivery_prefix, sk.log_prefix, limit, sk.wake],
+        )
+        return int(res[0]), int(res[1]), list(res[2:])
+
+    async def hold(self, sk: ShardKeys, endpoint_id: str, claims: Sequence[tuple[str, str]]) -> int:
+        """Park claimed deliveries of a disabled endpoint as ``held`` (``hold.lua``),
+        uncharged; returns how many were still ours."""
+        keys = [
+            sk.processing,
+            sk.held(endpoint_id),
+            sk.held_index,
+            *(sk.delivery(i) for i, _ in claims),
+        ]
+        args = [len(claims), *(t for _, t in claims), *(i for i, _ in claims)]
+        return int(await self.scripts.hold(keys=keys, args=args))
+
+    async def resume(self, endpoint_id: str) -> int:
+        """An endpoint's held deliveries back to pending, due now, on every shard
+        (``resume.lua``, one call per shard); returns how many."""
+        total = 0
+        for sk in self.keys.all_shards():
+            total += int(
+                await self.scripts.resume(
+                    keys=[sk.held(endpoint_id), sk.due, sk.held_index],
+                    args=[sk.delivery_prefix, sk.wake],
+                )
+            )
+        return total
+
+    # ------------------------------------------------------------------ operator transitions
+
+    async def replay(self, delivery_ids: Sequence[str]) -> dict[str, str]:
+        """Replay deliveries (``replay.lua``); each id maps to "ok" or the status that
+        refused it ("" for an unknown id)."""
+        by_shard: dict[int, list[str]] = {}
+        result: dict[str, str] = {}
+        for d in delivery_ids:
+            sk = self.shard_keys_for(d)
+            if sk is None:
+                result[d] = ""
+            else:
+                by_shard.setdefault(sk.shard, []).append(d)
+        for shard, group in by_shard.items():
+            sk = self.keys.shard(shard)
+            for start in range(0, len(group), 500):
+                chunk = group[start : start + 500]
+                res = await self.scripts.replay(
+                    keys=[sk.due, sk.succeeded, sk.dead, *(sk.delivery(d) for d in chunk)],
+                    args=[sk.wake, self.settings.max_attempts, len(chunk), *chunk],
+                )
+                result.update(zip(chunk, res, strict=True))
+        return result
+
+    async def expire_shard(
+        self, sk: ShardKeys, *, succeeded_before: int, dead_before: int, limit: int
+    ) -> Swept:
+        """One bounded retention sweep of a shard (``expire.lua``).
+
+        Removes at most ``limit`` succeeded deliveries finished at or before
+        ``succeeded_before`` and dead ones that died at or before ``dead_before`` (ms;
+        -1: none), with their logs, index entries and, with its last delivery, the event.
+        """
+        res = await self.scripts.expire(
+            keys=[sk.succeeded, sk.dead, sk.deliveries, sk.events],
+            args=[
+                sk.delivery_prefix,
+                sk.log_prefix,
+                sk.event_prefix,
+                sk.endpoint_index_prefix,
+                succeeded_before,
+                dead_before,
+                limit,
+            ],
+        )
+        return Swept(int(res[0]), int(res[1]), bool(int(res[2])))
