@@ -10,7 +10,6 @@ import signal
 import sys
 from pathlib import Path
 
-import redis
 import structlog
 from aiohttp import web
 
@@ -20,6 +19,8 @@ from relay.delivery.attempt import BeforeSend
 from relay.delivery.worker import Worker
 from relay.ops import metrics
 from relay.ops.retention import Retention
+from relay.queue.base import answers
+from relay.queue.errors import NOT_UP
 from relay.queue.store import Claimed, Store, connect
 from relay.redisproc import RedisServer, free_port
 from relay.settings import Settings
@@ -41,7 +42,7 @@ async def _start_store(store: Store, stop: asyncio.Event) -> bool:
         try:
             await store.start()
             return True
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        except NOT_UP as exc:
             log.warning("redis.unavailable", error=str(exc), retry_in_s=delay)
         try:
             await asyncio.wait_for(stop.wait(), delay)
@@ -118,22 +119,12 @@ def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
     asyncio.run(serve(settings, with_api=with_api, with_worker=with_worker))
 
 
-def _answers(url: str) -> bool:
-    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, retry=None)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
-
-
 def run_dev(settings: Settings, *, redis_url_given: bool, data_dir: Path) -> None:
     """API + worker in one process, with a private redis-server when none answers."""
     data_dir.mkdir(parents=True, exist_ok=True)
     server = None
     overrides: dict[str, object] = {}
-    if not redis_url_given and not _answers(settings.redis_url):
+    if not redis_url_given and not answers(settings.redis_url):
         server = RedisServer(
             port=free_port(), data_dir=data_dir / "redis", appendonly=True, appendfsync="everysec"
         )

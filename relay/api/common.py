@@ -15,26 +15,15 @@ import orjson
 import structlog
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
-from redis.exceptions import BusyLoadingError, ClusterDownError, OutOfMemoryError, TryAgainError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay.endpoints.cache import EndpointCache
 from relay.publishing import Publisher
+from relay.queue.errors import UNAVAILABLE
 from relay.queue.store import Store
 from relay.settings import Settings
 
 log = structlog.get_logger("relay.api")
-REDIS_UNAVAILABLE = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    BusyLoadingError,
-    ClusterDownError,
-    OutOfMemoryError,  # maxmemory reached under noeviction: refuse, never drop
-    TryAgainError,
-    ConnectionError,
-    TimeoutError,
-)
+REDIS_UNAVAILABLE = UNAVAILABLE
 
 STORE = web.AppKey("store", Store)
 ENDPOINT_CACHE = web.AppKey("endpoint_cache", EndpointCache)

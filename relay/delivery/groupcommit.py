@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+
+from relay.queue.errors import TRANSIENT_WRITE, is_loading
 
 log = structlog.get_logger("relay.worker")
 
@@ -95,10 +95,8 @@ async def with_retries(write: Callable[..., Awaitable[Any]], key: Any, items: li
     for _ in range(40):
         try:
             return await write(key, items)
-        except (ConnectionError, OSError, TimeoutError, RedisConnectionError) as exc:
-            log.warning("write.retry", error=str(exc))
-        except ResponseError as exc:
-            if "LOADING" not in str(exc):
+        except Exception as exc:
+            if not isinstance(exc, TRANSIENT_WRITE) and not is_loading(exc):
                 raise
             log.warning("write.retry", error=str(exc))
         await asyncio.sleep(delay)

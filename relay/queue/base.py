@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
@@ -16,6 +17,17 @@ from relay.domain import ids
 from relay.queue.keys import Keys, ShardKeys
 from relay.queue.scripts import Scripts
 from relay.settings import Settings
+
+
+def answers(url: str) -> bool:
+    """Whether a Redis answers PING at ``url`` within half a second (``relay dev``)."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, retry=None)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
 
 
 def connect(settings: Settings) -> Any:
