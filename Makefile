@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# `make run PRIVATE_REDIS=1`: a private redis-server even when one answers on 6379
 run: $(STAMP)
-	$(BIN)/relay dev
+	$(BIN)/relay dev $(if $(filter 1,$(PRIVATE_REDIS)),--private-redis)
 
 lint: $(STAMP)
 	$(BIN)/ruff check relay tests
@@ -33,6 +34,7 @@ crash: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/outbox.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,11 @@
 Ids of the unit of work (delivery, event, endpoint) are bound with contextvars, so
 every line of a delivery's life carries them. Nothing logs secrets or signatures:
 the sender never passes headers or endpoint secrets to a logger.
+
+In JSON, a traceback is one structured field (``exception``: a list of frames and the
+exception's type and value, no local variables), never lines of
+text breaking the stream; records of the standard library's loggers (aiohttp, asyncio)
+go through the same renderer, so every line of stderr is one JSON object.
 """
 
 from __future__ import annotations
@@ -15,6 +20,12 @@ import orjson
 import structlog
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+# Tracebacks as data, without local variables (a frame's locals may hold a token or a
+# secret): type, value and file/line/function per frame.
+_TRACEBACK = structlog.processors.ExceptionRenderer(
+    structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+)
 
 
 def configure(log_format: str = "json", level: str = "info") -> None:
@@ -30,7 +41,7 @@ def configure(log_format: str = "json", level: str = "info") -> None:
     else:
         processors = [
             *shared,
-            structlog.processors.format_exc_info,
+            _TRACEBACK,
             structlog.processors.JSONRenderer(serializer=orjson.dumps),
         ]
         factory = structlog.BytesLoggerFactory(sys.stderr.buffer)  # type: ignore[assignment]
@@ -41,7 +52,27 @@ def configure(log_format: str = "json", level: str = "info") -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
+    if log_format != "console":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(stdlib_json_formatter())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def stdlib_json_formatter() -> logging.Formatter:
+    """A formatter that renders a standard-library log record as one JSON line, its
+    traceback (if any) as the structured ``exception`` field."""
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            _TRACEBACK,
+            structlog.processors.JSONRenderer(),
+        ],
+    )
 
 
 def get(name: str) -> structlog.stdlib.BoundLogger:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -23,7 +24,7 @@ from relay.queue.base import answers
 from relay.queue.errors import NOT_UP
 from relay.queue.store import Claimed, Store, connect
 from relay.redisproc import RedisServer, free_port
-from relay.settings import Settings
+from relay.settings import DEV_REDIS_RECORD, Settings
 
 log = structlog.get_logger("relay")
 
@@ -119,36 +120,63 @@ def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
     asyncio.run(serve(settings, with_api=with_api, with_worker=with_worker))
 
 
-def run_dev(settings: Settings, *, redis_url_given: bool, data_dir: Path) -> None:
-    """API + worker in one process, with a private redis-server when none answers."""
+def _which_redis(settings: Settings, data_dir: Path) -> tuple[RedisServer | None, str]:
+    """The Redis ``relay dev`` uses and a sentence saying why: RELAY_REDIS_URL, else the
+    default URL if something answers there (unless a private one is asked for), else a
+    private redis-server started here."""
+    shown = settings.redis_shown
+    if settings.redis_url_given:
+        return None, f"Redis {shown}"
+    if not settings.dev_private_redis and answers(settings.redis_url):
+        return None, (
+            f"Redis {shown}: a Redis already answered there, and relay dev uses it (keys "
+            f"under {settings.key_prefix}:). For a private one: relay dev --private-redis, "
+            "RELAY_DEV_PRIVATE_REDIS=1 or make run PRIVATE_REDIS=1"
+        )
+    (data_dir / "redis").mkdir(exist_ok=True)
+    server = RedisServer(
+        port=free_port(), data_dir=data_dir / "redis", appendonly=True, appendfsync="everysec"
+    )
+    server.start()
+    why = "asked for" if settings.dev_private_redis else f"none answered on {settings.redis_url}"
+    return server, (
+        f"Redis {server.url}: a private redis-server started here ({why}; append-only "
+        f"file in {data_dir / 'redis'}; it stops with relay dev)"
+    )
+
+
+def run_dev(settings: Settings, *, data_dir: Path) -> None:
+    """API + worker in one process, with a private redis-server when none answers (or
+    when asked). The Redis it uses is printed and recorded in ``data_dir/redis-url`` for
+    the operator commands, and the record removed when it stops."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = None
+    server, redis_line = _which_redis(settings, data_dir)
     overrides: dict[str, object] = {}
-    if not redis_url_given and not answers(settings.redis_url):
-        server = RedisServer(
-            port=free_port(), data_dir=data_dir / "redis", appendonly=True, appendfsync="everysec"
-        )
-        (data_dir / "redis").mkdir(exist_ok=True)
-        server.start()
+    token_from = ""
+    if server is not None:
         overrides["redis_url"] = server.url
-        print(
-            f"relay dev: no Redis answered on {settings.redis_url}; started a private "
-            f"redis-server at {server.url} (append-only file in {data_dir / 'redis'})",
-            file=sys.stderr,
-        )
+        overrides["redis_url_source"] = "relay dev's private redis-server"
     if not settings.api_tokens and not settings.auth_disabled:
         token_file = data_dir / "api-token"
         if not token_file.exists():
             token_file.write_text(secrets.token_urlsafe(24) + "\n")
             token_file.chmod(0o600)
         overrides["api_tokens"] = (token_file.read_text().strip(),)
+        token_from = f"   (kept in {token_file})"
     if overrides:
         settings = dataclasses.replace(settings, **overrides)  # type: ignore[arg-type]
+    record = data_dir / DEV_REDIS_RECORD
+    written = settings.redis_url + "\n"
+    record.write_text(written)  # may hold a password: only the owner reads it
+    record.chmod(0o600)
     url = f"http://{settings.host}:{settings.port}"
     token = settings.api_tokens[0] if settings.api_tokens else "(auth disabled)"
     print(
         f"\nrelay dev: API on {url}, dashboard on {url}/ui/   (Ctrl-C stops)\n"
-        f"relay dev: API token: {token}\n"
+        f"relay dev: {redis_line}\n"
+        f"relay dev: recorded in {record}: relay stats, relay dead, ... run from this "
+        "folder use it\n"
+        f"relay dev: API token: {token}{token_from}\n"
         f"relay dev: try  curl -H 'Authorization: Bearer {token}' {url}/v1/stats\n",
         file=sys.stderr,
         flush=True,
@@ -156,5 +184,8 @@ def run_dev(settings: Settings, *, redis_url_given: bool, data_dir: Path) -> Non
     try:
         run(settings, with_api=True, with_worker=True)
     finally:
+        with contextlib.suppress(OSError):
+            if record.read_text() == written:  # not one a newer relay dev wrote
+                record.unlink()
         if server is not None:
             server.stop()

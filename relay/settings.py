@@ -7,14 +7,19 @@ Secrets (API tokens, a password inside the Redis URL) are redacted in its ``repr
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from relay.domain.retry import max_attempts_for, parse_duration, parse_schedule
 
 DEFAULT_SCHEDULE = "5s,5m,30m,2h,5h,10h,10h"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEV_DIR = Path(".relay")  # `relay dev`'s data folder: api-token, redis-url, redis/
+DEV_REDIS_RECORD = "redis-url"  # in it: the Redis a running `relay dev` uses
 
 
 class SettingsError(ValueError):
@@ -36,10 +41,21 @@ def _redact_url(url: str) -> str:
     return urlunsplit(parts)
 
 
+def _redact_dsn(dsn: str) -> str:
+    """A PostgreSQL URL or ``key=value`` conninfo with its password hidden."""
+    if "://" in dsn:
+        return _redact_url(dsn)
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn, flags=re.I)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = DEFAULT_REDIS_URL
     redis_url_given: bool = False  # RELAY_REDIS_URL was set (else `relay dev` may start one)
+    # where redis_url came from: "RELAY_REDIS_URL", "default", or the record `relay dev`
+    # left (`.relay/redis-url`), so an error can say which Redis was tried and why
+    redis_url_source: str = "default"
+    dev_private_redis: bool = False  # `relay dev` starts its own redis-server regardless
     redis_cluster: bool = False
     key_prefix: str = "relay"
     shards: int = 1
@@ -67,12 +83,20 @@ class Settings:
     breaker_cooldown_max: float = 3600.0
     disable_after: float = 5 * 86400.0
     slow_send_after: float = 1.0
+    # The Postgres outbox connector (`relay outbox`, relay/connectors/)
+    outbox_dsn: str = ""
+    outbox_table: str = "relay_outbox"
+    outbox_batch: int = 100
+    outbox_poll_interval: float = 2.0
     log_format: str = "json"
     log_level: str = "info"
     # Test hook (crash-injection and poison-message tests): the worker of a `relay worker`
     # process about to send a body containing this marker kills its own process first
     # (relay.runner.crash_hook, given to the Worker as its before_send hook).
     test_crash_marker: str = ""
+    # Test hook (outbox crash tests): a `relay outbox` process exits 86 right after its
+    # Nth event was acknowledged by Redis, before the row is removed (0: off).
+    test_outbox_crash_after: int = 0
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
     def __repr__(self) -> str:
@@ -83,12 +107,41 @@ class Settings:
                 value = f"<{len(value)} token(s)>"
             elif f.name == "redis_url":
                 value = _redact_url(value)
+            elif f.name == "outbox_dsn":
+                value = _redact_dsn(value)
             shown.append(f"{f.name}={value!r}")
         return f"Settings({', '.join(shown)})"
 
     @property
     def max_attempts(self) -> int:
         return max_attempts_for(self.retry_schedule)
+
+    @property
+    def redis_shown(self) -> str:
+        """The Redis URL (password hidden) and where it came from, for messages."""
+        return f"{_redact_url(self.redis_url)} (from {self.redis_url_source})"
+
+    @classmethod
+    def for_operator(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        dev_dir: Path = DEV_DIR,
+        **overrides: object,
+    ) -> Settings:
+        """The operator commands' settings: as :meth:`from_env`, except that when
+        ``RELAY_REDIS_URL`` is unset and a ``relay dev`` recorded its Redis in
+        ``dev_dir/redis-url``, that Redis is the one used."""
+        settings = cls.from_env(env, **overrides)
+        record = dev_dir / DEV_REDIS_RECORD
+        if settings.redis_url_given or not record.is_file():
+            return settings
+        raw = record.read_text().strip()
+        try:
+            url = _redis_url(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{record}: {exc}") from None
+        return cls.from_env(env, **{"redis_url": url, "redis_url_source": str(record), **overrides})
 
     @classmethod
     def for_dev(
@@ -122,8 +175,11 @@ class Settings:
                 raise SettingsError(f"RELAY_{name}={raw!r}: {exc}") from None
 
         flag = _flag
-        convert("REDIS_URL", "redis_url", str)
+        convert("REDIS_URL", "redis_url", _redis_url)
         values["redis_url_given"] = "redis_url" in values
+        if values["redis_url_given"]:
+            values["redis_url_source"] = "RELAY_REDIS_URL"
+        convert("DEV_PRIVATE_REDIS", "dev_private_redis", flag)
         convert("REDIS_CLUSTER", "redis_cluster", flag)
         convert("KEY_PREFIX", "key_prefix", _prefix)
         convert("SHARDS", "shards", _positive_int)
@@ -155,6 +211,11 @@ class Settings:
         convert("LOG_LEVEL", "log_level", str.lower)
         convert("WORKER_ID", "worker_id", str)
         convert("TEST_CRASH_MARKER", "test_crash_marker", str)
+        convert("OUTBOX_DSN", "outbox_dsn", str)
+        convert("OUTBOX_TABLE", "outbox_table", outbox_table)
+        convert("OUTBOX_BATCH", "outbox_batch", _positive_int)
+        convert("OUTBOX_POLL_INTERVAL", "outbox_poll_interval", _positive_duration)
+        convert("TEST_OUTBOX_CRASH_AFTER", "test_outbox_crash_after", int)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 
@@ -166,6 +227,19 @@ def _flag(raw: str) -> bool:
     if low in ("0", "false", "no", "off"):
         return False
     raise ValueError("expected 1 or 0")
+
+
+def _redis_url(raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("must start with redis://, rediss:// or unix://")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ValueError("has no host")
+    try:
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError:
+        raise ValueError("has a port that is not a number") from None
+    return raw
 
 
 def _positive_int(raw: str) -> int:
@@ -203,6 +277,21 @@ def _tokens(raw: str) -> tuple[str, ...]:
 def _prefix(raw: str) -> str:
     if any(c in raw for c in "{}: \t"):
         raise ValueError("may not contain braces, colons or spaces")
+    return raw
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,57}$")
+
+
+def outbox_table(raw: str) -> str:
+    """``name`` or ``schema.name``: plain identifiers (letters, digits, ``_``), the name
+    short enough for the ``_dead`` table and ``_notify`` function beside it."""
+    parts = raw.split(".")
+    if len(parts) > 2 or not all(_IDENT.match(p) for p in parts):
+        raise ValueError(
+            "expected a table name or schema.table of letters, digits and _ "
+            "(not starting with a digit, at most 58 characters each)"
+        )
     return raw
 
 

@@ -413,6 +413,12 @@ def main() -> None:
     p.add_argument("--keep", action="store_true", help="keep every round's directory (logs)")
     p.add_argument("--lease", type=float, default=1.5, help="RELAY_LEASE_SECONDS for workers")
     p.add_argument("--min-kills", type=int, default=1, help="worker kills per round, at least")
+    p.add_argument(
+        "--outbox-rows",
+        type=int,
+        default=5000,
+        help="then the outbox round (scripts/crash_outbox.py) with this many rows; 0: skip",
+    )
     args = p.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     redis_rounds = parse_rounds(args.redis_kill_rounds, args.rounds)
@@ -421,12 +427,21 @@ def main() -> None:
     totals["worker_kills"] = sum(len(r["worker_kills"]) for r in results)
     totals["redis_kills"] = sum(len(r["redis_outages"]) for r in results)
     ok = all(r["ok"] for r in results)
+    outbox = None
+    if args.outbox_rows > 0:
+        import crash_outbox
+
+        outbox = crash_outbox.run_round(
+            crash_outbox.parse(["--rows", str(args.outbox_rows), "--seed", str(seed)])
+        )
+        ok = ok and outbox["ok"]
     out = {
         "command": " ".join(["scripts/crash.py", *sys.argv[1:]]),
         "seed": seed,
         "config": {**vars(args), "redis_kill_rounds": sorted(redis_rounds)},
         "rounds": results,
         "totals": totals,
+        "outbox": outbox,
         "ok": ok,
     }
     path = Path(args.json)

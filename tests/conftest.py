@@ -74,6 +74,23 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisHand
         container.stop()
 
 
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A private PostgreSQL (tests/pg.py) for the session; FAILS when none can start."""
+    from pg import INSTALL_HINT as PG_HINT
+    from pg import PgServer, pg_bindir
+
+    bindir = pg_bindir()
+    if bindir is None:
+        pytest.fail(PG_HINT, pytrace=False)
+    server = PgServer(bindir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
 class ClusterHandle(SlotControl):
     """The ``redis_cluster`` fixture: 3 masters, shard tags {s0} {s1} {s2} on 3 nodes.
 

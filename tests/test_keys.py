@@ -380,6 +380,7 @@ async def lifecycle(store: Store) -> None:
     await store.breaker_states([shop["id"]])
     await store.reset_failing(shop["id"])
     assert await store.ping()
+    await store.check_writable()  # /readyz (issue 11)
 
     swept = await store.expire_shard(sk, succeeded_before=10**15, dead_before=10**15, limit=100)
     assert swept.deliveries == 6 and swept.events == 1  # the event went with its last one

@@ -22,6 +22,7 @@ RANK = {
     "publishing": 3,
     "ops": 3,
     "delivery": 4,
+    "connectors": 4,
     "api": 5,
     "demo": 5,
     "runner": 6,

@@ -156,11 +156,14 @@ async def test_every_documented_answer_matches(setup: Any, receiver: Any) -> Non
     await check("DELETE", one, 204, path=f"/v1/endpoints/{doomed['id']}")
     await check("DELETE", one, 404, path=f"/v1/endpoints/{doomed['id']}")
     await check("DELETE", one, 401, path=f"/v1/endpoints/{ok['id']}", session=anon)
-    for sub, method in (("secret", "GET"), ("rotate-secret", "POST")):
+    for sub, method in (("secret", "GET"), ("headers", "GET"), ("rotate-secret", "POST")):
         template = "/v1/endpoints/{id}/" + sub
         await check(method, template, 200, path=f"/v1/endpoints/{ok['id']}/{sub}")
         await check(method, template, 404, path=f"/v1/endpoints/{UNKNOWN_EP}/{sub}")
         await check(method, template, 401, path=f"/v1/endpoints/{ok['id']}/{sub}", session=anon)
+    # a second rotation within the minute (issue 11: rotation is rate-limited)
+    rotate = "/v1/endpoints/{id}/rotate-secret"
+    await check("POST", rotate, 429, path=f"/v1/endpoints/{ok['id']}/rotate-secret")
 
     # -- events; then a worker makes one delivery succeeded and one dead
     event = {"type": "order.paid", "payload": {"n": 1}, "endpoint_ids": [ok["id"], gone["id"]]}

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from relay.api import deliveries, endpoints, events, ops, ui  # noqa: F401  (routes register)
+from relay.api import deliveries, endpoints, events, ops, rawerrors, ui  # noqa: F401
 from relay.api.common import (
     ENDPOINT_CACHE,
     PUBLISHER,
@@ -27,6 +27,7 @@ REQUEST_OVERHEAD = 64 * 1024  # room for the envelope around the largest payload
 
 def create_app(settings: Settings, store: Store | None = None) -> web.Application:
     """The API app. Without ``store`` it connects to Redis on start and closes on stop."""
+    rawerrors.install()  # aiohttp's own error answers: JSON, and no header in the log
     app = web.Application(
         middlewares=[errors_and_auth],
         client_max_size=settings.max_payload_bytes * 2 + REQUEST_OVERHEAD,

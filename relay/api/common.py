@@ -14,11 +14,13 @@ from typing import Any, TypeVar
 import orjson
 import structlog
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 from pydantic import BaseModel, ValidationError
 
+from relay.domain import jsonlimits
 from relay.endpoints.cache import EndpointCache
 from relay.publishing import Publisher
-from relay.queue.errors import UNAVAILABLE
+from relay.queue.errors import UNAVAILABLE, is_unavailable
 from relay.queue.store import Store
 from relay.settings import Settings
 
@@ -82,6 +84,10 @@ async def body(request: web.Request, model: type[M]) -> tuple[M, bytes]:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, "payload_too_large", "request body is too large") from None
+    except RequestPayloadError:  # e.g. Content-Encoding: gzip on a body that is not gzip
+        raise ApiError(
+            400, "invalid_body", "request body could not be read (check Content-Encoding)"
+        ) from None
     if not raw:
         raise ApiError(400, "invalid_json", "request body is empty; send a JSON object")
     try:
@@ -90,6 +96,10 @@ async def body(request: web.Request, model: type[M]) -> tuple[M, bytes]:
         raise ApiError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(422, "validation_error", "request body must be a JSON object")
+    try:
+        jsonlimits.check(raw, data)
+    except jsonlimits.JsonLimitError as exc:
+        raise ApiError(422, "validation_error", str(exc)) from None
     return validate(model, data), raw
 
 
@@ -107,6 +117,7 @@ class RouteSpec:
     query: type[BaseModel] | None = None
     responses: dict[int, type[BaseModel] | None] = field(default_factory=dict)
     auth: bool = True
+    body_required: bool = True  # False: the body may be left out (OpenAPI says so)
 
 
 ROUTES: list[RouteSpec] = []
@@ -121,9 +132,14 @@ def route(
     query: type[BaseModel] | None = None,
     responses: dict[int, type[BaseModel] | None] | None = None,
     auth: bool = True,
+    body_required: bool = True,
 ) -> Callable[[Handler], Handler]:
     def register(handler: Handler) -> Handler:
-        ROUTES.append(RouteSpec(method, path, handler, summary, body, query, responses or {}, auth))
+        ROUTES.append(
+            RouteSpec(
+                method, path, handler, summary, body, query, responses or {}, auth, body_required
+            )
+        )
         return handler
 
     return register
@@ -148,11 +164,16 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
             code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
-            raise ApiError(exc.status, code, exc.reason) from None
+            error = ApiError(exc.status, code, exc.reason)
+            if "Allow" in exc.headers:  # 405: the methods the route has
+                error.headers["Allow"] = exc.headers["Allow"]
+            raise error from None
         raise
-    except REDIS_UNAVAILABLE as exc:
-        # Redis is down, failing over or loading: nothing was acknowledged, so the client
-        # retries (with the same Idempotency-Key) rather than seeing a 500.
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
+        # Redis is down, stalled, read-only (failover), busy, loading or full: nothing was
+        # acknowledged, so the client retries (same Idempotency-Key) rather than a 500.
         log.warning("api.redis_unavailable", path=request.path, error=type(exc).__name__)
         unavailable = ApiError(503, "unavailable", "storage is unavailable; retry shortly")
         unavailable.headers["Retry-After"] = "1"

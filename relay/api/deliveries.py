@@ -16,6 +16,7 @@ from relay.api.models import (
     ReplayOut,
     UiDeliveryQuery,
 )
+from relay.endpoints.health import Health
 
 
 @route(
@@ -45,6 +46,7 @@ async def listing(
         )
     except ValueError as exc:
         raise ApiError(422, "validation_error", f"cursor: {exc}") from None
+    await Health(request.app[STORE]).explain_waits(rows)
     return json({"data": rows, "next_cursor": cursor})
 
 
@@ -56,7 +58,9 @@ async def listing(
 )
 async def read(request: web.Request) -> web.Response:
     ident = request.match_info["id"]
-    return json(found(await request.app[STORE].get_delivery(ident), "delivery", ident))
+    delivery = found(await request.app[STORE].get_delivery(ident), "delivery", ident)
+    await Health(request.app[STORE]).explain_waits([delivery])
+    return json(delivery)
 
 
 @route(
@@ -85,6 +89,7 @@ async def replay(request: web.Request) -> web.Response:
     "/v1/endpoints/{id}/recover",
     summary="Replay an endpoint's dead deliveries",
     body=RecoverIn,
+    body_required=False,  # no body: every dead delivery of the endpoint
     responses={202: RecoverOut, 404: ErrorOut},
 )
 async def recover(request: web.Request) -> web.Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from aiohttp import web
@@ -14,11 +15,13 @@ from relay.api.models import (
     EndpointPatch,
     EndpointQuery,
     ErrorOut,
+    HeadersOut,
+    RotatedOut,
     SecretOut,
 )
 from relay.domain.schema import public_endpoint
-from relay.endpoints.health import Health
-from relay.endpoints.lifecycle import Lifecycle
+from relay.endpoints.health import Health, previous_secret_expires_at
+from relay.endpoints.lifecycle import Lifecycle, RotationTooSoon
 
 
 def not_found(request: web.Request) -> ApiError:
@@ -83,6 +86,16 @@ async def read_secret(request: web.Request) -> web.Response:
 
 
 @route(
+    "GET",
+    "/v1/endpoints/{id}/headers",
+    summary="Read an endpoint's custom headers in clear (other reads mask their values)",
+    responses={200: HeadersOut, 404: ErrorOut},
+)
+async def read_headers(request: web.Request) -> web.Response:
+    return json({"headers": (await load(request)).get("headers") or {}})
+
+
+@route(
     "PATCH",
     "/v1/endpoints/{id}",
     summary="Change an endpoint",
@@ -113,11 +126,21 @@ async def delete(request: web.Request) -> web.Response:
 @route(
     "POST",
     "/v1/endpoints/{id}/rotate-secret",
-    summary="Rotate the signing secret",
-    responses={200: SecretOut, 404: ErrorOut},
+    summary="Rotate the signing secret (at most once a minute)",
+    responses={200: RotatedOut, 404: ErrorOut, 429: ErrorOut},
 )
 async def rotate(request: web.Request) -> web.Response:
-    endpoint = await Lifecycle(request.app[STORE]).rotate_secret(request.match_info["id"])
+    try:
+        endpoint = await Lifecycle(request.app[STORE]).rotate_secret(request.match_info["id"])
+    except RotationTooSoon as exc:
+        error = ApiError(429, "rotation_too_soon", str(exc))
+        error.headers["Retry-After"] = str(math.ceil(exc.retry_after_ms / 1000))
+        raise error from None
     if endpoint is None:
         raise not_found(request)
-    return json({"secret": endpoint["secret"]})
+    return json(
+        {
+            "secret": endpoint["secret"],
+            "previous_secret_expires_at": previous_secret_expires_at(endpoint),
+        }
+    )

@@ -16,13 +16,17 @@ from relay.domain.schema import (
     EventIn,
     Status,
     Strict,
+    StrictBody,
 )
 
 __all__ = ["EndpointIn", "EndpointPatch", "EventIn"]
 
 
 class BreakerOut(BaseModel):
-    state: Literal["closed", "open", "half_open"]
+    state: Literal["closed", "open", "half_open"] = Field(
+        description="the effective state: an open breaker whose cooldown has passed reads "
+        "half_open (its next send is the probe)"
+    )
     consecutive_failures: int
     open_until: int | None = Field(description="ms since the epoch, while open")
     failing_since: int | None
@@ -36,7 +40,7 @@ class EndpointOut(BaseModel):
     url: str
     description: str
     event_types: list[str]
-    headers: dict[str, str]
+    headers: dict[str, str] = Field(description="custom headers, values masked (see /headers)")
     rate_limit: float | None
     max_in_flight: int | None
     enabled: bool
@@ -47,6 +51,11 @@ class EndpointOut(BaseModel):
     )
     breaker: BreakerOut | None = Field(default=None, description="on reads")
     disabled_reason: str | None = None
+    previous_secret_expires_at: int | None = Field(
+        default=None,
+        description="on reads: ms since the epoch when the last rotated-out secret stops "
+        "signing beside the current one; null when none does",
+    )
 
 
 class EndpointList(BaseModel):
@@ -55,6 +64,13 @@ class EndpointList(BaseModel):
 
 class SecretOut(BaseModel):
     secret: str
+
+
+class RotatedOut(SecretOut):
+    previous_secret_expires_at: int | None = Field(
+        description="ms since the epoch: until then the old secret keeps signing beside "
+        "this one (each request carries a signature per secret still signing)"
+    )
 
 
 class DeliveryRef(BaseModel):
@@ -88,6 +104,28 @@ class AttemptEntry(BaseModel):
     fenced: bool = False
 
 
+WaitReason = Literal[
+    "endpoint_disabled",
+    "endpoint_deleted",
+    "breaker_open",
+    "breaker_probing",
+    "in_flight_cap",
+    "rate_limited",
+    "retry_backoff",
+    "scheduled",
+]
+
+
+class WaitingOut(BaseModel):
+    reason: WaitReason = Field(
+        description="endpoint_disabled (held until enabled), endpoint_deleted, breaker_open "
+        "(until the breaker lets a probe through), breaker_probing (a probe decides), "
+        "in_flight_cap (max_in_flight reached), rate_limited (rate_limit used up), "
+        "retry_backoff (last attempt failed), scheduled (Retry-After or a passed deferral)"
+    )
+    until: int | None = Field(description="ms since the epoch; null: until an operator acts")
+
+
 class DeliveryOut(BaseModel):
     model_config = ConfigDict(extra="allow")
     id: str
@@ -105,6 +143,11 @@ class DeliveryOut(BaseModel):
     updated_at: int
     finished_at: int | None = None
     worker: str | None = None
+    waiting: WaitingOut | None = Field(
+        default=None,
+        description="why a pending or held delivery is not going out now; null when it is "
+        "due, in flight or finished (derived at read time from the endpoint's state)",
+    )
 
 
 class DeliveryDetail(DeliveryOut):
@@ -149,13 +192,17 @@ class EndpointQuery(Strict):
     app: App | None = None
 
 
-class RecoverIn(Strict):
+class RecoverIn(StrictBody):
     since: int | None = Field(default=None, description="ms since the epoch; only dead after it")
 
 
 class ReplayOut(BaseModel):
     id: str
     status: Status
+
+
+class HeadersOut(BaseModel):
+    headers: dict[str, str] = Field(description="the endpoint's custom headers, in clear")
 
 
 class RecoverOut(BaseModel):

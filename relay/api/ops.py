@@ -26,15 +26,19 @@ async def healthz(request: web.Request) -> web.Response:
 @route(
     "GET",
     "/readyz",
-    summary="Ready: Redis answers",
+    summary="Ready: Redis answers and accepts writes",
     auth=False,
     responses={200: HealthOut, 503: HealthOut},
 )
 async def readyz(request: web.Request) -> web.Response:
     try:
-        await request.app[STORE].ping()
+        # a tiny write with a TTL: a read-only replica, a busy script, MISCONF or a full
+        # Redis answers PING but refuses every publish
+        await request.app[STORE].check_writable()
     except Exception as exc:
-        return json({"status": "unavailable", "error": type(exc).__name__}, status=503)
+        answer = json({"status": "unavailable", "error": type(exc).__name__}, status=503)
+        answer.headers["Retry-After"] = "1"
+        return answer
     return json({"status": "ready"})
 
 
@@ -83,7 +87,7 @@ def openapi_document() -> dict[str, Any]:
                 )
         if spec.body is not None:
             op["requestBody"] = {
-                "required": True,
+                "required": spec.body_required,
                 "content": {"application/json": {"schema": ref(spec.body)}},
             }
         responses = dict(spec.responses or {200: None})

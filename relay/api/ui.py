@@ -35,6 +35,7 @@ from relay.api.models import (
 )
 from relay.delivery import sender
 from relay.domain import signing
+from relay.endpoints.health import Health
 from relay.queue.store import Store
 
 MINUTES = 30
@@ -267,6 +268,7 @@ async def delivery_view(request: web.Request) -> web.Response:
     delivery = await store.get_delivery(request.match_info["id"])
     if delivery is None:
         raise ApiError(404, "not_found", f"delivery {request.match_info['id']} does not exist")
+    await Health(store).explain_waits([delivery])
     event = await store.get_event(delivery["event_id"])
     endpoint = await store.get_endpoint(delivery["endpoint_id"])
     body_len = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from relay.cli import deliveries, processes, views
+from relay.cli import deliveries, outbox, processes, views
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -27,6 +27,6 @@ def main() -> None:
     """
 
 
-for _module in (processes, deliveries, views):
+for _module in (processes, deliveries, views, outbox):
     for _command in _module.COMMANDS:
         main.add_command(_command)

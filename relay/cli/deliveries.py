@@ -42,6 +42,19 @@ def stats(as_json: bool) -> None:
     emit(data, as_json, table)
 
 
+async def known_endpoint(store: Store, endpoint_id: str | None) -> None:
+    """An unknown endpoint id is an error (exit 1), not an empty answer."""
+    if endpoint_id is not None and not await store.endpoint_known(endpoint_id):
+        raise click.ClickException(f"endpoint {endpoint_id} not found")
+
+
+async def _dead(
+    store: Store, endpoint_id: str | None, limit: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    await known_endpoint(store, endpoint_id)
+    return await store.list_deliveries(status="dead", endpoint_id=endpoint_id, limit=limit)
+
+
 @click.command()
 @click.option("--endpoint", "endpoint_id", metavar="ID", help="Only this endpoint's dead letters.")
 @click.option(
@@ -59,9 +72,7 @@ def dead(endpoint_id: str | None, limit: int, as_json: bool) -> None:
     Example:
       relay dead --endpoint ep_01J... --limit 20
     """
-    rows, more = with_store(
-        lambda s: s.list_deliveries(status="dead", endpoint_id=endpoint_id, limit=limit)
-    )
+    rows, more = with_store(lambda s: _dead(s, endpoint_id, limit))
 
     def table(rs: list[dict[str, Any]]) -> None:
         print_rows(
@@ -77,7 +88,7 @@ def dead(endpoint_id: str | None, limit: int, as_json: bool) -> None:
                 ]
                 for r in rs
             ],
-            ["delivery", "endpoint", "type", "attempts", "status", "last_error", "died_at"],
+            ["delivery", "endpoint", "type", "attempts", "last result", "last_error", "died_at"],
         )
         if more:
             click.echo(f"(showing the newest {limit}; raise --limit for more)", err=True)
@@ -87,6 +98,7 @@ def dead(endpoint_id: str | None, limit: int, as_json: bool) -> None:
 
 async def _replay_all_dead(store: Store, endpoint_id: str | None, since: int | None) -> dict:
     """Walk dead letters page by page (newest first) and replay each page in one go."""
+    await known_endpoint(store, endpoint_id)
     total = await store.count_dead(since)
     with click.progressbar(length=total, label="replaying dead deliveries", file=sys.stderr) as bar:
         replayed, refused = await store.replay_dead(

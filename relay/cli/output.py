@@ -17,16 +17,42 @@ from relay.settings import Settings, SettingsError
 T = TypeVar("T")
 
 
+class BadSetting(click.ClickException):
+    """A ``RELAY_*`` variable relay cannot use: one line, exit 2 (bad input)."""
+
+    exit_code = 2
+
+
 def settings_from_env(**overrides: Any) -> Settings:
     try:
         return Settings.from_env(**overrides)
     except SettingsError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise BadSetting(str(exc)) from None
+
+
+def operator_settings() -> Settings:
+    """The operator commands' settings: RELAY_REDIS_URL, else the Redis a running
+    ``relay dev`` recorded in ``.relay/redis-url``, else the default URL."""
+    try:
+        return Settings.for_operator()
+    except SettingsError as exc:
+        raise BadSetting(str(exc)) from None
+
+
+def _unreachable(settings: Settings, exc: BaseException) -> click.ClickException:
+    hint = ""
+    if settings.redis_url_source not in ("RELAY_REDIS_URL", "default"):
+        hint = (
+            f"; {settings.redis_url_source} was left by `relay dev`: if it is not running,"
+            " delete that file or set RELAY_REDIS_URL"
+        )
+    return click.ClickException(f"cannot reach Redis at {settings.redis_shown}: {exc}{hint}")
 
 
 def with_store(fn: Callable[[Store], Awaitable[T]]) -> T:
-    """Run ``fn`` against a started Store; Redis trouble becomes a one-line error, exit 1."""
-    settings = settings_from_env()
+    """Run ``fn`` against a started Store. Every failure is one line on stderr, no
+    traceback: Redis unreachable or failing, exit 1 (bad settings exit 2, usage errors)."""
+    settings = operator_settings()
 
     async def go() -> T:
         store = Store(connect(settings), settings)
@@ -38,14 +64,16 @@ def with_store(fn: Callable[[Store], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(go())
+    except click.ClickException:
+        raise
     except (OSError, ConnectionError) as exc:
-        raise click.ClickException(f"cannot reach Redis (RELAY_REDIS_URL): {exc}") from None
+        raise _unreachable(settings, exc) from None
     except Exception as exc:
         if type(exc).__module__.startswith("redis"):
             if "connect" in str(exc).lower() or "Connection" in type(exc).__name__:
-                raise click.ClickException(f"cannot reach Redis (RELAY_REDIS_URL): {exc}") from None
-            raise click.ClickException(f"Redis error: {exc}") from None
-        raise
+                raise _unreachable(settings, exc) from None
+            raise click.ClickException(f"Redis error at {settings.redis_shown}: {exc}") from None
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
 
 def iso(ms: int | None) -> str:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from relay.cli.output import settings_from_env
-from relay.settings import Settings, SettingsError
+from relay.cli.output import BadSetting, settings_from_env
+from relay.settings import DEV_DIR, Settings, SettingsError
 
 
 @click.command()
@@ -20,7 +20,7 @@ def api(host: str | None, port: int | None) -> None:
 
     settings = settings_from_env(host=host, port=port)
     if not settings.api_tokens and not settings.auth_disabled:
-        raise click.UsageError(
+        raise BadSetting(
             "RELAY_API_TOKENS is not set: set one or more tokens, or RELAY_AUTH_DISABLED=1"
         )
     run(settings, with_api=True, with_worker=False)
@@ -51,25 +51,46 @@ def worker(concurrency: int | None, metrics_port: int | None) -> None:
 @click.option(
     "--data-dir",
     type=click.Path(path_type=Path),
-    default=Path(".relay"),
+    default=DEV_DIR,
     show_default=True,
-    help="Where a private Redis keeps its data.",
+    help="Where the API token, the record of the Redis in use and a private Redis's data go.",
 )
-def dev(host: str | None, port: int | None, data_dir: Path) -> None:
+@click.option(
+    "--private-redis",
+    is_flag=True,
+    default=None,
+    help="Always start a private redis-server, even when one answers on the default URL "
+    "(RELAY_DEV_PRIVATE_REDIS=1; `make run PRIVATE_REDIS=1`).",
+)
+def dev(host: str | None, port: int | None, data_dir: Path, private_redis: bool | None) -> None:
     """API and worker in one process, for a laptop.
 
-    Starts a private redis-server (append-only file on) when RELAY_REDIS_URL is unset
-    and nothing answers on the default URL; makes an API token when none is set;
-    allows endpoints on loopback and private networks unless
-    RELAY_ALLOW_PRIVATE_NETWORKS says otherwise.
+    Uses RELAY_REDIS_URL when set; else the Redis answering on the default URL
+    (redis://127.0.0.1:6379/0); else, or always with --private-redis, starts a private
+    redis-server (append-only file on) on a free port. It prints which Redis it uses
+    and records it in DATA_DIR/redis-url, so the operator commands (relay stats, relay
+    dead, ...) run from the same folder find it; the record is removed when dev stops.
+    Makes an API token when none is set (DATA_DIR/api-token); allows endpoints on
+    loopback and private networks unless RELAY_ALLOW_PRIVATE_NETWORKS says otherwise.
     """
+    from relay.redisproc import RedisBinaryMissing
     from relay.runner import run_dev
 
     try:
-        settings = Settings.for_dev(console=sys.stderr.isatty(), host=host, port=port)
+        settings = Settings.for_dev(
+            console=sys.stderr.isatty(), host=host, port=port, dev_private_redis=private_redis
+        )
     except SettingsError as exc:
-        raise click.UsageError(str(exc)) from None
-    run_dev(settings, redis_url_given=settings.redis_url_given, data_dir=data_dir)
+        raise BadSetting(str(exc)) from None
+    if settings.dev_private_redis and settings.redis_url_given:
+        raise BadSetting(
+            "RELAY_REDIS_URL is set, so relay dev uses it: unset it to use a private Redis "
+            "(--private-redis / RELAY_DEV_PRIVATE_REDIS=1)"
+        )
+    try:
+        run_dev(settings, data_dir=data_dir)
+    except (RedisBinaryMissing, RuntimeError) as exc:
+        raise click.ClickException(f"relay dev: {str(exc).splitlines()[0]}") from None
 
 
 @click.command(short_help="A local demo receiver that prints every webhook.")

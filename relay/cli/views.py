@@ -27,7 +27,17 @@ async def _inspect(store: Store, ident: str) -> dict[str, Any] | None:
             d["attempts"] = row["attempts"] if row else None
         return {"kind": "event", **event}
     delivery = await store.get_delivery(ident)
-    return None if delivery is None else {"kind": "delivery", **delivery}
+    if delivery is None:
+        return None
+    await Health(store).explain_waits([delivery])
+    return {"kind": "delivery", **delivery}
+
+
+def waiting_text(w: dict[str, Any] | None) -> str:
+    """``breaker_open until 2026-...Z``; empty when the delivery is not waiting."""
+    if not w:
+        return ""
+    return w["reason"] + (f" until {iso(w['until'])}" if w.get("until") else "")
 
 
 def _show_delivery(d: dict[str, Any]) -> None:
@@ -41,6 +51,7 @@ def _show_delivery(d: dict[str, Any]) -> None:
             ["attempts", f"{d['attempts']} of {d['max_attempts']}"],
             ["created", iso(d.get("created_at"))],
             ["next attempt", iso(d.get("next_attempt_at"))],
+            ["waiting", waiting_text(d.get("waiting"))],
             ["finished", iso(d.get("finished_at"))],
             ["last status", d.get("last_status_code")],
             ["last error", cut(d.get("last_error"), 100)],

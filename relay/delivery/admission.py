@@ -5,7 +5,10 @@ dead (no request); a disabled endpoint's are held (:meth:`Lifecycle.hold`); the 
 first meet this worker's window for the endpoint (:class:`Windows`: no head-of-line
 blocking), then the endpoint's shared breaker, rate limit and in-flight cap
 (``Health.admit``, one script call per endpoint). Sends that may not go now are
-deferred, not charged: back to due after a wait, through the outcome recorder.
+deferred, not charged: back to due after a wait, through the outcome recorder. When
+the shared admission itself fails (Redis unavailable, a script error), the sends are
+deferred too: the caps fail closed, never open (a limit that cannot be checked is not
+exceeded).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from relay.queue.keys import ShardKeys
 from relay.queue.store import Claimed, Outcome
 
 log = structlog.get_logger("relay.worker")
+
+ADMIT_FAILED_WAIT_MS = 1000  # admission could not be asked: try these again after this
 
 Spawn = Callable[[ShardKeys, Claimed, dict[str, Any] | None], None]
 
@@ -82,9 +87,9 @@ class Admission:
         if cs:
             try:
                 _, shared = await self.health.admit(endpoint, [c.token for c in cs], spread)
-            except Exception as exc:  # Redis trouble: fail open rather than strand the claims
-                log.warning("admit.failed", endpoint_id=e, error=str(exc))
-                shared = [0] * len(cs)
+            except Exception as exc:  # fail closed: defer (not charged), do not send
+                log.warning("admit.failed", endpoint_id=e, error=str(exc) or type(exc).__name__)
+                shared = [ADMIT_FAILED_WAIT_MS + i * spread for i in range(len(cs))]
             waits = shared + waits
         for c, wait in zip(cs + over, waits, strict=True):
             if wait == 0:

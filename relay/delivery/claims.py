@@ -34,6 +34,9 @@ class Claims:
         self.next_due: dict[int, int | None] = {}
         self.next_lease: dict[int, int | None] = {}
         self.backlog = False  # the last claim left work due now
+        # time.monotonic() before the last claim call: its leases run out lease_seconds
+        # after it at the latest (the claim loop admits a batch before the next claim)
+        self.claim_started = time.monotonic()
         self._lease_ms = int(settings.lease_seconds * 1000)
         self._tokens = itertools.count()
         self._token_base = f"{settings.worker_id}:{os.urandom(3).hex()}"
@@ -54,6 +57,7 @@ class Claims:
                         dead=dead,
                         deliveries=reclaimed[:20],
                     )
+            self.claim_started = time.monotonic()
             res = await self.store.claim(
                 sk,
                 limit=min(free, self.settings.claim_batch),

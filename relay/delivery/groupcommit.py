@@ -3,26 +3,36 @@
 Whatever is submitted while the previous write runs goes in the next one, so under load
 a worker records outcomes (and settles breakers) in batches without ever waiting to fill
 one; when idle, a single outcome is written at once.
+
+A write that fails because Redis is unavailable (down, stalled past the socket timeout,
+read-only after a failover, busy with a script, loading) is retried, not dropped: until
+the latest deadline of its batch (for an outcome, its lease's expiry minus a margin).
+Dropping a finished outcome would let its lease run out and the delivery be sent again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
-from relay.queue.errors import TRANSIENT_WRITE, is_loading
+from relay.queue.errors import is_transient
 
 log = structlog.get_logger("relay.worker")
+
+
+Deadline = Callable[[], float]  # a time.monotonic() value, read at each retry
 
 
 class GroupCommit:
     """Group commit: whatever was submitted while the last write ran goes in the next one.
 
     ``write(key, items)`` returns one result per item; every key is written separately
-    (a key is a shard or an endpoint: one hash slot, one script call).
+    (a key is a shard or an endpoint: one hash slot, one script call). ``budget``: how
+    long an item submitted without a deadline may be retried (seconds).
     """
 
     def __init__(
@@ -30,11 +40,13 @@ class GroupCommit:
         write: Callable[[Any, list[Any]], Awaitable[list[Any]]],
         name: str,
         max_batch: int = 256,
+        budget: float = 10.0,
     ) -> None:
         self._write = write
         self._name = name
         self._max = max_batch
-        self._pending: dict[Any, list[tuple[Any, asyncio.Future[Any]]]] = {}
+        self._budget = budget
+        self._pending: dict[Any, list[tuple[Any, asyncio.Future[Any], Deadline]]] = {}
         self._kick = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -43,9 +55,13 @@ class GroupCommit:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=self._name)
 
-    def submit(self, key: Any, item: Any) -> asyncio.Future[Any]:
+    def submit(self, key: Any, item: Any, deadline: Deadline | None = None) -> asyncio.Future[Any]:
+        """Queue ``item``; retried until ``deadline()`` (default: ``budget`` from now)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.setdefault(key, []).append((item, fut))
+        if deadline is None:
+            at = time.monotonic() + self._budget
+            deadline = lambda: at  # noqa: E731
+        self._pending.setdefault(key, []).append((item, fut, deadline))
         self._idle.clear()
         self._kick.set()
         return fut
@@ -74,36 +90,54 @@ class GroupCommit:
                 else:
                     del self._pending[key]
                 try:
-                    res = await with_retries(self._write, key, [i for i, _ in batch])
-                    for (_, fut), r in zip(batch, res, strict=True):
+                    res = await with_retries(
+                        self._write, key, [i for i, _, _ in batch], _latest(batch)
+                    )
+                    for (_, fut, _), r in zip(batch, res, strict=True):
                         if not fut.done():
                             fut.set_result(r)
                 except Exception as exc:
-                    for _, fut in batch:
+                    for _, fut, _ in batch:
                         if not fut.done():
                             fut.set_exception(exc)
             if not self._pending:
                 self._idle.set()
 
 
-async def with_retries(write: Callable[..., Awaitable[Any]], key: Any, items: list[Any]) -> Any:
-    """Ride through a Redis blip (failover, restart, loading) rather than drop a result.
+def _latest(batch: list[tuple[Any, asyncio.Future[Any], Deadline]]) -> Deadline:
+    """The batch's deadline: the latest of its items' (each read afresh, as leases move)."""
+    deadlines = [d for _, _, d in batch]
+    return lambda: max(d() for d in deadlines)
 
-    If Redis never comes back, the lease runs out and the delivery is sent again.
+
+async def with_retries(
+    write: Callable[..., Awaitable[Any]], key: Any, items: list[Any], deadline: Deadline
+) -> Any:
+    """Ride through Redis being unavailable (a stall, failover, restart, loading, a busy
+    script) rather than drop a result: retry until ``deadline()`` has passed.
+
+    Once it has, the error is raised: the lease runs out and the delivery is sent again
+    (the at-least-once window of a stall longer than the lease).
     """
     delay = 0.05
-    for _ in range(40):
+    while True:
         try:
             return await write(key, items)
         except Exception as exc:
-            if not isinstance(exc, TRANSIENT_WRITE) and not is_loading(exc):
+            if not is_transient(exc):
                 raise
-            log.warning("write.retry", error=str(exc))
-        await asyncio.sleep(delay)
+            left = deadline() - time.monotonic()
+            if left <= 0:
+                log.error("write.gave_up", error=str(exc) or type(exc).__name__)
+                raise
+            log.warning("write.retry", error=str(exc) or type(exc).__name__)
+        await asyncio.sleep(min(delay, max(0.0, left)))
         delay = min(delay * 2, 1.0)
-    return await write(key, items)
 
 
 def log_failure(fut: asyncio.Future[Any]) -> None:
+    """A done-callback that retrieves (and logs) a failed write's exception, so nothing
+    prints "Future exception was never retrieved"."""
     if not fut.cancelled() and fut.exception() is not None:
-        log.warning("write.failed", error=str(fut.exception()))
+        exc = fut.exception()
+        log.warning("write.failed", error=str(exc) or type(exc).__name__)

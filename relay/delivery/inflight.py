@@ -29,6 +29,7 @@ class Flight:
     task: asyncio.Task[None] | None = None
     recording: bool = False  # its outcome is being written: nothing left to hand back
     slow: bool = False
+    lease_until: float = 0.0  # time.monotonic() by which its lease runs out, at the latest
 
 
 class InFlight:

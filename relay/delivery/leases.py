@@ -9,10 +9,11 @@ attempt, and their endpoint slots freed at once with a neutral settle.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import structlog
 
-from relay.delivery.groupcommit import GroupCommit
+from relay.delivery.groupcommit import GroupCommit, log_failure
 from relay.delivery.inflight import InFlight, by_shard
 from relay.delivery.stats import Stats
 from relay.ops import metrics
@@ -37,6 +38,7 @@ class Leases:
             await asyncio.sleep(period)
             for items in by_shard(self.inflight):
                 sk = items[0].sk
+                started = time.monotonic()
                 try:
                     res = await self.store.extend(
                         sk, [(f.claim.id, f.claim.token) for f in items], self.lease_ms
@@ -47,7 +49,9 @@ class Leases:
                 self.stats.lease_extensions += sum(res)
                 metrics.LEASE_EXTENSIONS.inc(sum(res))
                 for f, ok in zip(items, res, strict=True):
-                    if not ok and not f.recording:
+                    if ok:
+                        f.lease_until = started + self.settings.lease_seconds
+                    elif not f.recording:
                         log.warning("lease.lost", delivery_id=f.claim.id)
 
     async def hand_back(self, recorder: GroupCommit, settler: GroupCommit) -> None:
@@ -75,4 +79,6 @@ class Leases:
         # they expire: a neutral result, no verdict on the endpoint's health.
         for f in unfinished:
             if f.endpoint is not None:
-                settler.submit(f.endpoint["id"], (f.claim.token, "-"))
+                settler.submit(f.endpoint["id"], (f.claim.token, "-")).add_done_callback(
+                    log_failure
+                )

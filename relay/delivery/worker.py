@@ -31,7 +31,7 @@ from relay.delivery import sender
 from relay.delivery.admission import Admission
 from relay.delivery.attempt import Attempter, BeforeSend
 from relay.delivery.claims import Claims
-from relay.delivery.groupcommit import GroupCommit
+from relay.delivery.groupcommit import GroupCommit, log_failure
 from relay.delivery.inflight import SLOW_HEADROOM, Flight, InFlight
 from relay.delivery.leases import Leases
 from relay.delivery.stats import Stats
@@ -67,8 +67,12 @@ class Worker:
         self._own_session = session is None
         self._inflight = InFlight(settings.worker_concurrency)
         self._wake = asyncio.Event()
-        self._recorder = GroupCommit(store.record, "relay-recorder")
-        self._settler = GroupCommit(self._settle_batch, "relay-settler")
+        # An outcome is retried while Redis is unavailable, until its lease is nearly
+        # over (never dropped early: a dropped outcome is a duplicate send).
+        self._margin = min(2.0, settings.lease_seconds / 10)
+        budget = settings.lease_seconds - self._margin
+        self._recorder = GroupCommit(store.record, "relay-recorder", budget=budget)
+        self._settler = GroupCommit(self._settle_batch, "relay-settler", budget=budget)
         self._windows = Windows(
             settings.worker_concurrency, settings.http_timeout, settings.slow_send_after
         )
@@ -167,6 +171,7 @@ class Worker:
 
     def _spawn(self, sk: ShardKeys, c: Claimed, endpoint: dict[str, Any] | None) -> None:
         f = self._inflight.add(sk, c, endpoint)
+        f.lease_until = self._claims.claim_started + self.settings.lease_seconds
         f.task = asyncio.create_task(self._deliver(f, endpoint))
 
     async def _deliver(self, f: Flight, endpoint: dict[str, Any] | None) -> None:
@@ -182,11 +187,19 @@ class Worker:
         try:
             outcome, verdict = await self._attempter.attempt(c, endpoint)
             f.recording = True
-            record = self._recorder.submit(f.sk, outcome)
+            deadline = lambda: f.lease_until - self._margin  # noqa: E731
+            record = self._recorder.submit(f.sk, outcome, deadline)
             settle = None
             if endpoint is not None and verdict is not None:
-                settle = self._settler.submit(endpoint["id"], (c.token, verdict))
-            result = await asyncio.shield(record)
+                settle = self._settler.submit(endpoint["id"], (c.token, verdict), deadline)
+                settle.add_done_callback(log_failure)  # retrieved even if never awaited
+            try:
+                result = await asyncio.shield(record)
+            except Exception as exc:
+                # Redis stayed unavailable until the lease was nearly over: the
+                # delivery will be reclaimed and sent again (at-least-once).
+                log.error("delivery.outcome_lost", error=str(exc) or type(exc).__name__)
+                return
             if result == 0:
                 self.stats.fenced += 1
                 log.warning("delivery.fenced", detail="claim superseded; outcome logged only")

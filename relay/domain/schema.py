@@ -43,11 +43,29 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
 
+class StrictBody(Strict):
+    """A JSON request body: unknown fields refused, and no coercion between types
+    (``"enabled": "no"`` or ``0`` is not a boolean, ``"since": "123"`` not a time)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False, strict=True)
+
+
+# rate_limit bounds (requests/s): below one request per 100 s a "limit" is a typo (it was
+# seen as 1e-17, which broke the shared limiter); admit.lua clamps to the same bounds.
+RATE_LIMIT_MIN, RATE_LIMIT_MAX = 0.01, 100_000
+RateLimit = Annotated[
+    float | None,
+    Field(ge=RATE_LIMIT_MIN, le=RATE_LIMIT_MAX, description="requests/s, 0.01 to 100000"),
+]
+
+
 def _check_url(url: str) -> str:
     try:
         parsed = URL(url)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"not a URL: {exc}") from None
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise ValueError("url must not contain spaces or control characters (NUL, CR, LF)")
     if parsed.scheme not in ("http", "https"):
         raise ValueError("url must use http or https")
     if not parsed.host:
@@ -55,6 +73,9 @@ def _check_url(url: str) -> str:
     if parsed.user or parsed.password:
         raise ValueError("url must not carry credentials; use headers")
     return url
+
+
+HEADER_MASK = "••••••"  # what endpoint answers show for a custom header's value
 
 
 def _check_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -67,6 +88,11 @@ def _check_headers(headers: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"header {name!r} is set by relay and cannot be overridden")
         if len(value) > 4096 or any(c in value for c in "\r\n\0"):
             raise ValueError(f"invalid value for header {name!r}")
+        if value == HEADER_MASK:  # a read sent back as is would store the mask
+            raise ValueError(
+                f"header {name!r} holds the mask that reads show; send the real value "
+                "(GET /v1/endpoints/{id}/headers)"
+            )
     return headers
 
 
@@ -82,7 +108,7 @@ def _check_secret(secret: str | None) -> str | None:
     return secret
 
 
-class EndpointIn(Strict):
+class EndpointIn(StrictBody):
     """Create an endpoint."""
 
     url: Annotated[str, Field(max_length=2048, description="http(s) URL that receives POSTs")]
@@ -91,7 +117,7 @@ class EndpointIn(Strict):
     description: Annotated[str, Field(max_length=1024)] = ""
     headers: dict[str, str] = {}
     secret: str | None = Field(default=None, description="whsec_...; generated when absent")
-    rate_limit: Annotated[float | None, Field(gt=0, le=100_000)] = None
+    rate_limit: RateLimit = None
     max_in_flight: Annotated[int | None, Field(ge=1, le=10_000)] = None
     enabled: bool = True
 
@@ -120,14 +146,17 @@ def endpoint_record(**fields: Any) -> dict[str, Any]:
 
 
 def public_endpoint(endpoint: dict[str, Any], *, with_secret: bool = False) -> dict[str, Any]:
-    """An endpoint as the API and CLI show it: no secrets unless asked for."""
+    """An endpoint as the API and CLI show it: no secrets unless asked for, and custom
+    header values masked (operators put receiver credentials there; the API's
+    ``GET /v1/endpoints/{id}/headers`` shows them)."""
     out = {k: v for k, v in endpoint.items() if k not in ("secret", "previous_secrets")}
+    out["headers"] = dict.fromkeys(endpoint.get("headers") or {}, HEADER_MASK)
     if with_secret:
         out["secret"] = endpoint["secret"]
     return out
 
 
-class EndpointPatch(Strict):
+class EndpointPatch(StrictBody):
     """Change an endpoint: only the fields given change."""
 
     url: Annotated[str | None, Field(max_length=2048)] = None
@@ -135,7 +164,7 @@ class EndpointPatch(Strict):
     event_types: Annotated[list[str] | None, Field(min_length=1, max_length=100)] = None
     description: Annotated[str | None, Field(max_length=1024)] = None
     headers: dict[str, str] | None = None
-    rate_limit: Annotated[float | None, Field(gt=0, le=100_000)] = None
+    rate_limit: RateLimit = None
     max_in_flight: Annotated[int | None, Field(ge=1, le=10_000)] = None
     enabled: bool | None = None
 
@@ -166,7 +195,7 @@ class EndpointPatch(Strict):
         return None if v is None else _check_types(v)
 
 
-class EventIn(Strict):
+class EventIn(StrictBody):
     """Publish an event."""
 
     type: Annotated[str, Field(pattern=TYPE_PATTERN, description="event type, e.g. order.paid")]

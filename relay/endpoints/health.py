@@ -13,6 +13,7 @@ hold every send slot (no head-of-line blocking).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,16 @@ from relay.queue.store import Settled, Store
 
 SLOT_MARGIN_MS = 2000
 
-__all__ = ["SLOT_MARGIN_MS", "Health", "Settled", "Windows", "breaker_view", "burst_for"]
+__all__ = [
+    "SLOT_MARGIN_MS",
+    "Health",
+    "Settled",
+    "Windows",
+    "breaker_view",
+    "burst_for",
+    "previous_secret_expires_at",
+    "waiting_reason",
+]
 
 
 def burst_for(rate: float) -> int:
@@ -110,14 +120,39 @@ class Health:
         )
 
     async def breakers(self, endpoint_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Breaker state of each endpoint, as the API shows it."""
+        """Breaker state of each endpoint, as the API shows it (the effective state: an
+        open breaker whose cooldown has passed reads ``half_open``, ready to probe)."""
         raw = await self.store.breaker_states(endpoint_ids)
-        return {e: breaker_view(r) for e, r in raw.items()}
+        now = _now_ms()
+        return {e: breaker_view(r, now) for e, r in raw.items()}
 
     async def endpoint_views(self, endpoints: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Endpoints as shown (no secrets), each with its shared breaker state."""
+        """Endpoints as shown (no secrets), each with its shared breaker state and until
+        when a rotated-out secret still signs beside the current one."""
         breakers = await self.breakers([e["id"] for e in endpoints])
-        return [{**public_endpoint(e), "breaker": breakers[e["id"]]} for e in endpoints]
+        return [
+            {
+                **public_endpoint(e),
+                "breaker": breakers[e["id"]],
+                "previous_secret_expires_at": previous_secret_expires_at(e),
+            }
+            for e in endpoints
+        ]
+
+    async def explain_waits(self, deliveries: Sequence[dict[str, Any]]) -> None:
+        """Set each delivery's ``waiting``: why it is not going out now, or None.
+
+        Derived at read time from the endpoint (enabled, limits) and its shared breaker,
+        rate and in-flight state, not recorded with each deferral: deferrals stay one
+        cheap write on the hot path, and the answer is the state now (a breaker that
+        has closed since no longer shows as the reason)."""
+        now = _now_ms()
+        ids = sorted({d["endpoint_id"] for d in deliveries if d["status"] in _WAITING_STATUSES})
+        endpoints = await self.store.get_endpoints(ids) if ids else {}
+        states = await self.store.pacing_states(list(endpoints), now)
+        for d in deliveries:
+            ep = endpoints.get(d["endpoint_id"])
+            d["waiting"] = waiting_reason(d, ep, states.get(d["endpoint_id"]), now)
 
     async def hold(self, sk: ShardKeys, endpoint_id: str, claims: Sequence[tuple[str, str]]) -> int:
         """Park claimed deliveries of a disabled endpoint (status ``held``), uncharged."""
@@ -132,13 +167,83 @@ class Health:
         return await self.store.resume(endpoint_id)
 
 
-def breaker_view(raw: dict[str, str]) -> dict[str, Any]:
+_WAITING_STATUSES = ("pending", "held")
+OPEN_SLACK_MS = 60_000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def previous_secret_expires_at(endpoint: dict[str, Any], now_ms: int | None = None) -> int | None:
+    """When the last rotated-out secret still inside its grace stops signing (ms)."""
+    now = _now_ms() if now_ms is None else now_ms
+    live = [int(p["expires_at"]) for p in endpoint.get("previous_secrets", ())]
+    live = [t for t in live if t > now]
+    return max(live) if live else None
+
+
+def waiting_reason(
+    delivery: dict[str, Any],
+    endpoint: dict[str, Any] | None,
+    state: tuple[dict[str, str], int, int] | None,
+    now_ms: int,
+) -> dict[str, Any] | None:
+    """Why ``delivery`` is not being sent now: ``{"reason", "until"}`` (``until`` in ms,
+    None when it waits for an operator), or None when it is due, in flight or done.
+
+    Reasons: ``endpoint_disabled`` (held), ``endpoint_deleted``, ``breaker_open`` (until
+    the breaker lets a probe through), ``breaker_probing`` (one probe is out or about to
+    go; the rest follow its answer), ``in_flight_cap`` (``max_in_flight`` reached),
+    ``rate_limited`` (``rate_limit`` used up), ``retry_backoff`` (its last attempt
+    failed; the next is on the retry schedule), ``scheduled`` (a Retry-After or a
+    deferral whose cause has passed: it goes at ``until``)."""
+    status = delivery["status"]
+    if status == "held":
+        return {"reason": "endpoint_disabled", "until": None}
+    if status != "pending":
+        return None
+    if endpoint is None:
+        return {"reason": "endpoint_deleted", "until": None}
+    if not endpoint.get("enabled", True):
+        return {"reason": "endpoint_disabled", "until": None}
+    due = delivery.get("next_attempt_at")
+    raw, tat, in_flight = state or ({}, 0, 0)
+    breaker = breaker_view(raw, now_ms)
+    reopen = breaker["open_until"] or 0
+    # open, and it would go at the reopen time (deferrals land just after it); a
+    # retry due well after the breaker reopens waits for its schedule instead
+    if breaker["state"] == "open" and (due is None or due < reopen + OPEN_SLACK_MS):
+        return {"reason": "breaker_open", "until": reopen}
+    if due is None or due <= now_ms:
+        return None
+    if breaker["state"] == "half_open":
+        return {"reason": "breaker_probing", "until": due}
+    cap = endpoint.get("max_in_flight") or 0
+    if cap and in_flight >= cap:
+        return {"reason": "in_flight_cap", "until": due}
+    if endpoint.get("rate_limit") and tat > now_ms:
+        return {"reason": "rate_limited", "until": due}
+    if delivery.get("attempts") and (
+        delivery.get("last_status_code") or delivery.get("last_error")
+    ):
+        return {"reason": "retry_backoff", "until": due}
+    return {"reason": "scheduled", "until": due}
+
+
+def breaker_view(raw: dict[str, str], now_ms: int | None = None) -> dict[str, Any]:
+    """The breaker as shown. With ``now_ms``, the effective state: ``open`` past its
+    ``open_until`` is ``half_open`` (the next send is the probe)."""
+
     def num(name: str) -> int | None:
         v = raw.get(name)
         return int(float(v)) if v not in (None, "", "0") else None
 
+    state = raw.get("state", "closed")
+    if state == "open" and now_ms is not None and (num("open_until") or 0) <= now_ms:
+        state = "half_open"
     return {
-        "state": raw.get("state", "closed"),
+        "state": state,
         "consecutive_failures": int(raw.get("failures", 0)),
         "open_until": num("open_until"),
         "failing_since": num("failing_since"),

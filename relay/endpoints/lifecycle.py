@@ -33,6 +33,18 @@ from relay.queue.store import Store
 log = structlog.get_logger("relay.worker")
 
 ROTATION_GRACE_MS = 24 * 3600 * 1000  # an old secret keeps signing this long
+# Bounded rotation (README, decisions): at most this many old secrets sign beside the
+# current one (each adds a signature to every request), and one rotation per interval.
+MAX_PREVIOUS_SECRETS = 2
+ROTATION_INTERVAL_MS = 60 * 1000
+
+
+class RotationTooSoon(Exception):
+    """The endpoint's secret was rotated less than ``ROTATION_INTERVAL_MS`` ago."""
+
+    def __init__(self, retry_after_ms: int) -> None:
+        super().__init__(f"secret rotated less than {ROTATION_INTERVAL_MS // 1000} s ago")
+        self.retry_after_ms = retry_after_ms
 
 
 def should_disable(settled: Settled, disable_after: float, now_ms: float) -> bool:
@@ -74,12 +86,19 @@ class Lifecycle:
         await self.health.resume(endpoint_id)
 
     async def rotate_secret(self, endpoint_id: str) -> dict[str, Any] | None:
-        """A new secret; the old one keeps signing for ``ROTATION_GRACE_MS``."""
+        """A new secret; the old one keeps signing for ``ROTATION_GRACE_MS`` (the
+        ``MAX_PREVIOUS_SECRETS`` newest old ones do). Raises :class:`RotationTooSoon`
+        within ``ROTATION_INTERVAL_MS`` of the last rotation."""
 
         def rotated(endpoint: dict[str, Any]) -> dict[str, Any]:
             now = int(time.time() * 1000)
             previous = [p for p in endpoint.get("previous_secrets", []) if p["expires_at"] > now]
+            if previous:  # the newest old secret was rotated out at expires_at - grace
+                last = max(p["expires_at"] for p in previous) - ROTATION_GRACE_MS
+                if now - last < ROTATION_INTERVAL_MS:
+                    raise RotationTooSoon(last + ROTATION_INTERVAL_MS - now)
             previous.append({"secret": endpoint["secret"], "expires_at": now + ROTATION_GRACE_MS})
+            previous = sorted(previous, key=lambda p: p["expires_at"])[-MAX_PREVIOUS_SECRETS:]
             endpoint.update(
                 secret=signing.generate_secret(), previous_secrets=previous, updated_at=now
             )

@@ -101,6 +101,41 @@ REDIS_UP = Gauge(
 )
 
 
+# The Postgres outbox connector (`relay outbox`): its process serves these on
+# RELAY_METRICS_PORT; the gauges are read from Postgres by the connector between batches.
+OUTBOX_PUBLISHED = Counter(
+    "relay_outbox_published",
+    "Outbox rows published into relay by this process (outcome: created, or duplicate: "
+    "the event already existed from an earlier try and was not created again)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+OUTBOX_DEAD_ROWS = Counter(
+    "relay_outbox_dead_rows",
+    "Outbox rows relay refused, moved to the dead table",
+    registry=REGISTRY,
+)
+OUTBOX_ERRORS = Counter(
+    "relay_outbox_errors",
+    "Outbox connector errors by kind (redis: publish not acknowledged, postgres)",
+    ["kind"],
+    registry=REGISTRY,
+)
+OUTBOX_BACKLOG = Gauge("relay_outbox_backlog", "Outbox rows waiting", registry=REGISTRY)
+OUTBOX_OLDEST = Gauge(
+    "relay_outbox_oldest_age_seconds", "Age of the oldest waiting outbox row", registry=REGISTRY
+)
+OUTBOX_DEAD_KEPT = Gauge(
+    "relay_outbox_dead_kept", "Rows in the outbox's dead table", registry=REGISTRY
+)
+
+
+def set_outbox(waiting: int, oldest_age: float, dead: int) -> None:
+    OUTBOX_BACKLOG.set(waiting)
+    OUTBOX_OLDEST.set(oldest_age)
+    OUTBOX_DEAD_KEPT.set(dead)
+
+
 def observe_attempt(outcome: str, status: int | None, duration: float) -> None:
     DELIVERIES.labels(outcome).inc()
     ATTEMPTS.labels("error" if status is None else f"{status // 100}xx").inc()

@@ -45,9 +45,14 @@ def connect(settings: Settings) -> Any:
         )
     # A blocking pool: past max_connections a command waits for a free connection
     # instead of failing with MaxConnectionsError (which made busy API replicas 500).
+    # socket_timeout: a Redis that stops answering (stalled, partitioned) is an error
+    # after 5 s (redis TimeoutError: 503 in the API, retried by a worker's writes) rather
+    # than a hang; pub/sub listening blocks without it. The URL's ?socket_timeout= wins.
     pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url,
         decode_responses=True,
+        socket_timeout=5.0,
+        socket_connect_timeout=5.0,
         health_check_interval=30,
         max_connections=256,
         timeout=20,
@@ -76,6 +81,13 @@ class StoreBase:
     async def ping(self) -> bool:
         """True when Redis answers (``/readyz``); raises when it does not."""
         return bool(await self.redis.ping())
+
+    async def check_writable(self) -> None:
+        """Raise unless Redis takes a write (``/readyz``): a replica (READONLY), a busy
+        script (BUSY), MISCONF or a full Redis answer PING but refuse writes. SET, then
+        DEL: nothing is left behind (the TTL covers a DEL that fails)."""
+        await self.redis.set(self.keys.ready, "1", px=10_000)
+        await self.redis.delete(self.keys.ready)
 
     async def now_ms(self) -> int:
         """Redis's clock (``TIME``), in ms since the epoch: the clock the scripts use.

@@ -170,6 +170,25 @@ class EndpointRecords(StoreBase):
             rows = await pipe.execute()
         return dict(zip(endpoint_ids, rows, strict=True))
 
+    async def pacing_states(
+        self, endpoint_ids: Sequence[str], now_ms: int
+    ) -> dict[str, tuple[dict[str, str], int, int]]:
+        """Per endpoint: its raw breaker hash, its rate limit's theoretical arrival time
+        (ms, 0 when none) and its live in-flight slots (expiring after ``now_ms``)."""
+        if not endpoint_ids:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for e in endpoint_ids:
+                ek = self.keys.endpoint_state(e)
+                pipe.hgetall(ek.breaker)
+                pipe.get(ek.rate)
+                pipe.zcount(ek.inflight, f"({now_ms}", "+inf")
+            rows = await pipe.execute()
+        return {
+            e: (rows[3 * i], int(float(rows[3 * i + 1] or 0)), int(rows[3 * i + 2]))
+            for i, e in enumerate(endpoint_ids)
+        }
+
     async def reset_failing(self, endpoint_id: str) -> None:
         """Forget when the endpoint's failure streak began (its ``failing_since``)."""
         await self.redis.hdel(self.keys.endpoint_state(endpoint_id).breaker, "failing_since")

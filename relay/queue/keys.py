@@ -37,6 +37,7 @@ key                                        type    holds
 ``relay:v1:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
 ``relay:v1:{cfg}:app:<app>``               set     endpoint ids of one app
 ``relay:v1:{cfg}:changed``                 pubsub  an endpoint was written (drop caches)
+``relay:v1:{cfg}:ready``                   string  /readyz's probe: SET PX, then DEL
 ``relay:v1:{tag}:guard``                   none    never written: every script call declares it
 =========================================  ======  =============================================
 """
@@ -165,6 +166,11 @@ class Keys:
     def endpoints_changed(self) -> str:
         """Pub/sub channel: an endpoint was written (API replicas drop their cache)."""
         return f"{self.prefix}:v1:{{cfg}}:changed"
+
+    @property
+    def ready(self) -> str:
+        """``/readyz`` writes here (with a TTL): Redis accepts writes, not only PING."""
+        return f"{self.prefix}:v1:{{cfg}}:ready"
 
     def app(self, app: str) -> str:
         return f"{self.prefix}:v1:{{cfg}}:app:{app}"

@@ -74,6 +74,16 @@ class Reads(StoreBase):
             "deliveries": orjson.loads(raw["deliveries"]),
         }
 
+    async def endpoint_known(self, endpoint_id: str) -> bool:
+        """Whether the endpoint exists, or once did and still has deliveries indexed
+        (a deleted endpoint's dead letters stay listable and replayable)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hexists(self.keys.endpoints, endpoint_id)
+            for sk in self.keys.all_shards():
+                pipe.exists(sk.endpoint_index(endpoint_id))
+            found = await pipe.execute()
+        return any(found)
+
     async def event_body_length(self, event_id: str) -> int | None:
         """Bytes of the body sent for an event (``HSTRLEN``), None for an unknown id."""
         sk = self.shard_keys_for(event_id)

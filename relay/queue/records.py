@@ -101,6 +101,7 @@ def num(value: str | int | None) -> int | None:
 def parse_delivery(raw: dict[str, str]) -> dict[str, Any]:
     """A delivery hash as the API and the CLI show it."""
     out: dict[str, Any] = dict(raw)
+    out.pop("recorded", None)  # record.lua's own bookkeeping (the last token it recorded)
     for f in INT_FIELDS:
         if f in out:
             out[f] = num(out[f])

@@ -84,10 +84,28 @@
     if (d.last_error) return el("span", { class: "err-text" }, d.last_error);
     return el("span", { class: "muted" }, "—");
   }
+  // Why a pending or held delivery is not going out now (the API's `waiting`).
+  const WAIT_TEXT = {
+    endpoint_disabled: () => "held: endpoint disabled",
+    endpoint_deleted: () => "endpoint deleted",
+    breaker_open: (w) => `breaker open, next try ${ago(w.until)}`,
+    breaker_probing: (w) => `breaker probing, next try ${ago(w.until)}`,
+    in_flight_cap: (w) => `in-flight cap, next try ${ago(w.until)}`,
+    rate_limited: (w) => `rate limited, next try ${ago(w.until)}`,
+    retry_backoff: (w) => `retry ${ago(w.until)}`,
+    scheduled: (w) => `due ${ago(w.until)}`,
+  };
+  function waitText(w) {
+    const text = w && WAIT_TEXT[w.reason];
+    return text ? text(w) : null;
+  }
   function when(d) {
-    if (d.status === "held") return el("span", { class: "muted", title: d.held || "endpoint_disabled" }, "held: endpoint disabled");
+    const waiting = waitText(d.waiting);
+    if (d.status === "held") return el("span", { class: "muted", title: d.held || "endpoint_disabled" }, waiting || "held: endpoint disabled");
     if (d.status === "pending") {
-      return el("span", { title: iso(d.next_attempt_at) }, d.attempts ? `retry ${ago(d.next_attempt_at)}` : `due ${ago(d.next_attempt_at)}`);
+      const title = d.waiting ? `${d.waiting.reason}${d.waiting.until ? ` until ${iso(d.waiting.until)}` : ""}` : iso(d.next_attempt_at);
+      return el("span", { title, class: d.waiting && d.waiting.reason.startsWith("breaker") ? "err-text" : "" },
+        waiting || (d.attempts ? `retry ${ago(d.next_attempt_at)}` : `due ${ago(d.next_attempt_at)}`));
     }
     if (d.status === "delivering") return el("span", { title: iso(d.updated_at) }, "sending now");
     const at = d.finished_at || d.updated_at;
@@ -200,12 +218,12 @@
         "tr",
         { dataset: { id: d.id, status: d.status }, class: d.id === state.drawerId ? "selected" : "", onclick: () => openDrawer(d.id) },
         el("td", {}, badge(d.status)),
-        el("td", { class: "mono" }, d.id),
+        el("td", { class: "mono id-cell", title: d.id }, d.id),
         el("td", { class: "ellipsis" }, d.type),
         el("td", { class: "ellipsis", title: d.endpoint_id }, endpointLabel(d.endpoint_id)),
         el("td", { class: "num" }, `${d.attempts} / ${d.max_attempts}`),
         el("td", { class: "ellipsis" }, lastResult(d)),
-        el("td", {}, when(d)),
+        el("td", { class: "when-cell" }, when(d)),
         el("td", {}, el("div", { class: "actions" }, replay)),
       );
     });
@@ -303,6 +321,7 @@
     ];
     if (d.status === "held") rows.push(["Held", "endpoint disabled: resumes when it is enabled again", true]);
     else if (d.status === "pending") rows.push(["Next attempt", stamp(d.next_attempt_at), true]);
+    if (d.waiting && d.status === "pending") rows.push(["Waiting", `${waitText(d.waiting)}${d.waiting.until ? ` (${iso(d.waiting.until)})` : ""}`, true]);
     if (d.finished_at) rows.push([d.status === "dead" ? "Died" : "Finished", stamp(d.finished_at), true]);
     if (d.status === "delivering" && d.worker) rows.push(["Worker", el("span", { class: "mono" }, d.worker), true]);
     $("d-summary").replaceChildren(...rows.flatMap(([k, v, wide]) => [el("dt", {}, k), el("dd", { class: wide ? "wide" : "" }, v)]));

@@ -68,6 +68,9 @@ end
 local rate = tonumber(ARGV[1])
 local interval, tolerance, tat = 0, 0, now
 if rate > 0 then
+  -- the bounds the API validates (relay.domain.schema.RATE_LIMIT_MIN/MAX): a record that
+  -- got past them (written by hand, an older version) still gets whole-ms expiries below
+  rate = math.min(math.max(rate, 0.01), 100000)
   interval = 1000 / rate
   tolerance = (tonumber(ARGV[2]) - 1) * interval
   tat = math.max(tonumber(redis.call("GET", KEYS[2]) or 0), now)
@@ -92,7 +95,8 @@ for i = 1, n do
   end
 end
 if rate > 0 then
-  redis.call("SET", KEYS[2], tostring(tat), "PX", math.ceil(tat - now + 1000))
+  -- at most a day: a whole number of ms that Redis accepts (never 1e+20)
+  redis.call("SET", KEYS[2], tostring(tat), "PX", math.min(math.ceil(tat - now + 1000), 86400000))
 end
 table.insert(res, 1, state)
 return res

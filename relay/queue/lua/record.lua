@@ -18,6 +18,9 @@
 -- "defer" means no request was made (the endpoint is disabled or must be paced): the
 -- delivery goes back to due after the delay, its attempt refunded, nothing logged.
 --
+-- A retry of a write that did run (its reply was lost to a timeout) finds its own token
+-- in "recorded" and changes nothing: 1, as the first time, no second log entry.
+--
 -- Returns one integer per item: 1 recorded, 0 fenced (claim superseded).
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -31,12 +34,15 @@ for i = 1, n do
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local entry = ARGV[b + 7]
   local mine = redis.call("HGET", dkey, "claim") == token
-  if outcome == "defer" then
+  if not mine and redis.call("HGET", dkey, "recorded") == token then
+    res[i] = 1  -- this very outcome was written already: a retried write
+  elseif outcome == "defer" then
     if mine then
       local at = now + tonumber(ARGV[b + 4])
       redis.call("HINCRBY", dkey, "attempts", -1)
       redis.call("HDEL", dkey, "claim", "lease_until")
-      redis.call("HSET", dkey, "status", "pending", "next_attempt_at", at, "updated_at", now)
+      redis.call("HSET", dkey, "status", "pending", "next_attempt_at", at, "updated_at", now,
+        "recorded", token)
       redis.call("ZREM", KEYS[2], id)
       redis.call("ZADD", KEYS[1], at, id)
     end
@@ -55,7 +61,7 @@ for i = 1, n do
     redis.call("ZREM", KEYS[2], id)
     redis.call("HDEL", dkey, "claim", "lease_until")
     redis.call("HSET", dkey, "status", outcome, "updated_at", now, "last_attempt_at", now,
-      "last_status_code", ARGV[b + 5], "last_error", ARGV[b + 6])
+      "last_status_code", ARGV[b + 5], "last_error", ARGV[b + 6], "recorded", token)
     if outcome == "retry" then
       local at = now + tonumber(ARGV[b + 4])
       redis.call("HSET", dkey, "status", "pending", "next_attempt_at", at)
