@@ -208,6 +208,33 @@ def test_cli_prints_the_schema_and_shows_stats(outbox: Outbox) -> None:
     assert orjson.loads(got.output)["waiting"] == 0
 
 
+def test_relay_stats_shows_the_outbox_backlog(outbox: Outbox, redis_server: Any) -> None:
+    """``relay stats`` reads the backlog when RELAY_OUTBOX_DSN is set (no connector runs)."""
+    with psycopg.connect(outbox.dsn) as conn:
+        conn.execute(
+            sql.SQL("INSERT INTO {} (type, payload) VALUES (%s, %s), (%s, %s)").format(
+                outbox.ident
+            ),
+            ["order.paid", Jsonb({}), "a", Jsonb(1)],
+        )
+    env = {
+        "RELAY_REDIS_URL": redis_server.url,
+        "RELAY_KEY_PREFIX": "st" + uuid.uuid4().hex[:8],
+        "RELAY_OUTBOX_DSN": outbox.dsn,
+        "RELAY_OUTBOX_TABLE": outbox.table,
+    }
+    got = CliRunner().invoke(cli, ["stats", "--json"], env=env)
+    assert got.exit_code == 0, got.output
+    backlog = orjson.loads(got.output)["outbox"]
+    assert backlog["waiting"] == 2 and backlog["dead"] == 0 and backlog["table"] == outbox.table
+    got = CliRunner().invoke(cli, ["stats"], env=env)
+    assert got.exit_code == 0 and "outbox rows waiting" in got.output
+    # without the setting, no outbox section (and no database is dialled)
+    del env["RELAY_OUTBOX_DSN"]
+    got = CliRunner().invoke(cli, ["stats", "--json"], env=env)
+    assert got.exit_code == 0 and "outbox" not in orjson.loads(got.output)
+
+
 # --- the guarantee ----------------------------------------------------------------------
 
 

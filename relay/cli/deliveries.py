@@ -7,7 +7,17 @@ from typing import Any
 
 import click
 
-from relay.cli.output import TIME, cut, emit, iso, json_option, print_rows, with_store
+from relay.cli.output import (
+    TIME,
+    cut,
+    emit,
+    iso,
+    json_option,
+    operator_settings,
+    outbox_backlog,
+    print_rows,
+    with_store,
+)
 from relay.ops.retention import Retention
 from relay.queue.store import Store
 
@@ -23,9 +33,13 @@ def stats(as_json: bool) -> None:
       relay stats --json | jq .queue.due
     """
     data = with_store(lambda s: s.stats())
+    settings = operator_settings()
+    if settings.outbox_dsn:  # the outbox backlog too, when this machine publishes from one
+        data["outbox"] = outbox_backlog(settings.outbox_dsn, settings.outbox_table)
 
     def table(d: dict[str, Any]) -> None:
         q = d["queue"]
+        outbox = d.get("outbox")
         print_rows(
             [[f"deliveries {k}", v] for k, v in d["counts"].items()]
             + [
@@ -35,7 +49,16 @@ def stats(as_json: bool) -> None:
                 ["oldest due age (s)", q["oldest_due_age_seconds"]],
                 ["leases reclaimed (all time)", d["reclaimed_total"]],
                 ["shards", d["shards"]],
-            ],
+            ]
+            + (
+                [
+                    ["outbox rows waiting", outbox["waiting"]],
+                    ["outbox oldest row age (s)", outbox["oldest_age_seconds"]],
+                    ["outbox dead rows", outbox["dead"]],
+                ]
+                if outbox
+                else []
+            ),
             ["metric", "value"],
         )
 

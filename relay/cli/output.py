@@ -132,3 +132,18 @@ TIME = TimeParam()
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of a table."
 )
+
+
+def outbox_backlog(dsn: str, table: str) -> dict[str, Any]:
+    """The outbox's rows waiting, oldest row age and dead rows (``relay stats``); a
+    database that does not answer is one line, exit 1."""
+    import psycopg
+
+    from relay.connectors import outbox_admin
+
+    try:
+        d = outbox_admin.stats(dsn, table, dead_limit=0)
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise click.ClickException(f"outbox (RELAY_OUTBOX_DSN): {first}") from None
+    return {k: d[k] for k in ("table", "waiting", "oldest_age_seconds", "dead")}
