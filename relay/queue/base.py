@@ -39,9 +39,14 @@ def connect(settings: Settings) -> Any:
         # and a slot being migrated sends MOVED often (ASKING and the command it covers
         # may leave on different pooled connections). max_connections is per node, and
         # past it a command fails at once (MaxConnectionsError; no blocking pool here):
-        # room for a busy API replica, opened only as needed.
+        # room for a busy API replica, opened only as needed. socket_timeout: as below.
         return RedisCluster.from_url(
-            settings.redis_url, decode_responses=True, reinitialize_steps=0, max_connections=1024
+            settings.redis_url,
+            decode_responses=True,
+            reinitialize_steps=0,
+            max_connections=1024,
+            socket_timeout=5.0,
+            socket_connect_timeout=5.0,
         )
     # A blocking pool: past max_connections a command waits for a free connection
     # instead of failing with MaxConnectionsError (which made busy API replicas 500).
