@@ -253,6 +253,17 @@ def table(res: dict[str, Any]) -> str:
                 f"{d1['memory_succeeded_bytes']:,} B retained succeeded (1 KiB payload)",
             ]
         )
+    far = res.get("relay_drain_1_rtt2")
+    if far:
+        near = (d1 or {}).get("per_s")
+        more.append(
+            [
+                "1 worker drain, Redis +2 ms RTT",
+                f"{_fmt(far['per_s'])} deliveries",
+                "through a loopback delay proxy (1 ms each way)"
+                + (f"; {far['per_s'] / near:.2f}x of the same drain at 0 ms" if near else ""),
+            ]
+        )
     rt = res.get("retry")
     if rt:
         c = rt["redis"]

@@ -49,6 +49,7 @@ STEPS = (
     "fanout",
     "latency",
     "retry",
+    "rtt2",
     "limit_end",
 )
 # Throughput steps get a limit run of their own right before them: on a shared machine
@@ -102,6 +103,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "fanout": ("fanout", lambda: scenarios.relay_fanout(receiver, cfg)),
         "latency": ("latency", lambda: scenarios.relay_latency(receiver, cfg)),
         "retry": ("retry", lambda: scenarios.relay_retry(receiver, cfg)),
+        # relay's Redis 2 ms of round trip away (bench/delay_proxy.py, 1 ms each way)
+        "rtt2": ("relay_drain_1_rtt2", lambda: scenarios.relay_drain(receiver, cfg, 1, 1.0)),
         "limit_end": ("limit_end", lambda: scenarios.limit(receiver, cfg)),
     }
     try:

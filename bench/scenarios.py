@@ -110,13 +110,17 @@ async def relay(
     cfg: Cfg,
     endpoints: int = 1,
     extra_env: dict[str, str] | None = None,
+    redis_delay_ms: float = 0.0,
 ) -> AsyncIterator[Relay]:
     procs = Procs()
     try:
         srv = procs.fresh_redis(name)
+        redis_url = srv.url
+        if redis_delay_ms > 0:  # relay reaches its Redis through a delaying proxy
+            redis_url = await _delay_proxy(procs, name, srv, redis_delay_ms)
         port = free_port()
         env = {
-            "RELAY_REDIS_URL": srv.url,
+            "RELAY_REDIS_URL": redis_url,
             "RELAY_API_TOKENS": TOKEN,
             "RELAY_HOST": HOST,
             "RELAY_PORT": str(port),
@@ -151,6 +155,26 @@ async def relay(
         yield r
     finally:
         procs.close()
+
+
+async def _delay_proxy(procs: Procs, name: str, srv: RedisServer, delay_ms: float) -> str:
+    """Start bench/delay_proxy.py in front of ``srv``; its URL once it accepts."""
+    listen = free_port()
+    argv = [sys.executable, str(BENCH / "delay_proxy.py"), "--listen", str(listen)]
+    proxy = procs.spawn(
+        f"{name}-proxy", [*argv, "--to", str(srv.port), "--delay-ms", str(delay_ms)]
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        check_alive(proxy, f"{name}-proxy")
+        try:
+            _, w = await asyncio.open_connection(HOST, listen)
+            w.close()
+            return f"redis://{HOST}:{listen}/0"
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError("delay proxy did not listen within 10s") from None
+            await asyncio.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------- limit
@@ -207,10 +231,14 @@ async def relay_e2e(receiver: Receiver, cfg: Cfg, workers: int) -> dict[str, Any
     }
 
 
-async def relay_drain(receiver: Receiver, cfg: Cfg, workers: int) -> dict[str, Any]:
+async def relay_drain(
+    receiver: Receiver, cfg: Cfg, workers: int, redis_delay_ms: float = 0.0
+) -> dict[str, Any]:
     """Publish N with no worker (ingest, memory per pending delivery), then start workers:
-    drain rate, Redis cost per delivery and memory per retained succeeded delivery."""
-    async with relay(receiver, f"drain{workers}", cfg) as r:
+    drain rate, Redis cost per delivery and memory per retained succeeded delivery.
+    ``redis_delay_ms``: relay talks to Redis through a proxy adding that much each way."""
+    name = f"drain{workers}" + (f"-rtt{2 * redis_delay_ms:g}" if redis_delay_ms else "")
+    async with relay(receiver, name, cfg, redis_delay_ms=redis_delay_ms) as r:
         meter = RedisMeter(r.redis.url)
         try:
             s0 = meter.snapshot()
