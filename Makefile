@@ -30,11 +30,13 @@ screenshots: $(STAMP)
 
 crash: $(STAMP)
 	$(BIN)/python scripts/crash.py
+	$(BIN)/python scripts/crash_failover.py
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/outbox.py
+	$(BIN)/python bench/ack.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache

@@ -1,12 +1,10 @@
-"""Start and control real ``redis-server`` processes.
+"""Start and control real ``redis-server`` processes (stdlib + ``redis`` only).
 
 Used by ``relay dev`` (a private Redis when none answers), the pytest session fixtures,
-the crash-injection suite (SIGKILL Redis, restart it on the same data dir, check that
-the AOF was replayed) and Redis Cluster tests.  Servers are configured entirely on the
-command line, bind to 127.0.0.1, keep their files (AOF, ``redis.log``, ``nodes.conf``)
-in ``data_dir`` and run in their own session, so a test runner's Ctrl-C cannot reach
-them.  ``with RedisServer(data_dir=d) as srv: ...; srv.kill(); srv.restart()`` crashes
-Redis and brings it back on the same port, replaying the AOF.  Stdlib + ``redis`` only.
+the crash-injection suites (SIGKILL Redis and restart it on the same data dir; SIGKILL a
+Sentinel-watched primary) and the Redis Cluster tests. Servers are configured on the
+command line (a Sentinel by the conf it writes), bind to 127.0.0.1, keep their files in
+``data_dir`` and run in their own session, so a test runner's Ctrl-C cannot reach them.
 """
 
 from __future__ import annotations
@@ -28,7 +26,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-__all__ = ["RedisBinaryMissing", "RedisCluster", "RedisServer", "free_port", "redis_binary"]
+__all__ = ["RedisBinaryMissing", "RedisCluster", "RedisSentinel", "RedisServer", "free_port"]
+__all__ += ["redis_binary"]
 
 HOST = "127.0.0.1"
 _POLL = 0.02  # seconds between readiness probes
@@ -44,11 +43,8 @@ class RedisBinaryMissing(RuntimeError):
 
 
 def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the process that started us dies (Linux).
-
-    A test run or ``relay dev`` killed without cleanup must not leave a redis-server
-    behind. Elsewhere this does nothing.
-    """
+    """In the child: SIGTERM when the process that started us dies (Linux; elsewhere a
+    no-op), so a test run or ``relay dev`` killed without cleanup leaves no redis-server."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -198,7 +194,8 @@ class RedisServer(_Managed):
                 if proc.poll() is not None:
                     self._fail(f"exited with code {proc.returncode}")
                 try:
-                    if client.ping() and client.info("persistence").get("loading") == 0:
+                    # a Sentinel has no persistence section: nothing to load
+                    if client.ping() and client.info("persistence").get("loading", 0) == 0:
                         return
                 except redis.RedisError:  # refused, LOADING, timeout: keep polling
                     pass
@@ -227,12 +224,28 @@ class RedisServer(_Managed):
                 self.kill()
 
     def restart(self, timeout: float = 10.0) -> None:
-        """Stop if still running, then start again on the same port and data dir.
-
-        After ``kill()`` the server replays its AOF before it reports ready.
-        """
+        """Stop if running, start again on the same port and data dir (replaying the AOF)."""
         self.stop()
         self.start(timeout=timeout)
+
+
+@dataclass(kw_only=True)
+class RedisSentinel(RedisServer):
+    """A Sentinel (``redis-server sentinel.conf --sentinel``) watching ``master_port`` as
+    ``master`` (quorum 2, down after 1 s, failover timeout 3 s); it rewrites its conf."""
+
+    master_port: int
+    master: str = "relay"
+
+    def command(self) -> list[str]:
+        data = Path(self.data_dir).resolve()
+        conf, watch = data / "sentinel.conf", f"sentinel %s {self.master} "
+        lines = [f"port {self.port}", f"bind {HOST}", f"dir {data}", "protected-mode no"]
+        lines += [f"logfile {data / 'redis.log'}", "daemonize no"]
+        lines += [watch % "monitor" + f"{HOST} {self.master_port} 2"]
+        lines += [watch % "down-after-milliseconds" + "1000", watch % "failover-timeout" + "3000"]
+        conf.write_text("\n".join(lines) + "\n")
+        return [self._resolve_binary(), str(conf), "--sentinel"]
 
 
 class RedisCluster(_Managed):

@@ -18,6 +18,7 @@ from relay import logs
 from relay.api import create_app
 from relay.delivery.attempt import BeforeSend
 from relay.delivery.worker import Worker
+from relay.domain import redisfacts
 from relay.ops import metrics
 from relay.ops.retention import Retention
 from relay.queue.base import answers
@@ -50,6 +51,26 @@ async def _start_store(store: Store, stop: asyncio.Event) -> bool:
             return False
         except TimeoutError:
             delay = min(delay * 2, 2.0)
+
+
+class RedisRefused(RuntimeError):
+    """The Redis this process would run on is unsafe for it (see :func:`check_redis`)."""
+
+
+async def check_redis(store: Store) -> None:
+    """Refuse an evicting Redis (RedisRefused); log a warning for one without persistence
+    or whose settings cannot be read, and set ``relay_redis_persistence``."""
+    try:
+        facts = await store.server_facts()
+    except NOT_UP as exc:  # gone again since the scripts loaded: checked on the next start
+        log.warning("redis.facts_unread", error=str(exc))
+        return
+    verdict = redisfacts.judge(facts)
+    metrics.REDIS_PERSISTENCE.set(facts.persistence_level)
+    if verdict.refuse:
+        raise RedisRefused(verdict.refuse)
+    for warning in verdict.warnings:
+        log.warning("redis.unsafe", warning=warning, persistence=facts.persistence)
 
 
 def crash_hook(marker: str) -> BeforeSend | None:
@@ -96,6 +117,11 @@ async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> Non
     if not await _start_store(store, stop):
         await store.close()
         return
+    try:
+        await check_redis(store)
+    except RedisRefused:
+        await store.close()
+        raise
     runner = None
     tasks = []
     try:
@@ -117,7 +143,11 @@ async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> Non
 
 def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
     logs.configure(settings.log_format, settings.log_level)
-    asyncio.run(serve(settings, with_api=with_api, with_worker=with_worker))
+    try:
+        asyncio.run(serve(settings, with_api=with_api, with_worker=with_worker))
+    except RedisRefused as exc:  # one line, no traceback, exit 1
+        print(f"relay: refusing to start on {settings.redis_shown}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def _which_redis(settings: Settings, data_dir: Path) -> tuple[RedisServer | None, str]:

@@ -57,6 +57,16 @@ class Settings:
     redis_url_source: str = "default"
     dev_private_redis: bool = False  # `relay dev` starts its own redis-server regardless
     redis_cluster: bool = False
+    # Redis Sentinel: with sentinels set, they name the primary's host and port (the URL
+    # still gives db, username, password and options); see relay.queue.base.connect
+    redis_sentinels: tuple[tuple[str, int], ...] = ()
+    redis_sentinel_master: str = "relay"
+    redis_sentinel_password: str = field(default="", repr=False)
+    # Replica-acknowledged writes: every write answered to a client waits (WAIT) until
+    # this many replicas have it, at most ack_timeout seconds (else 503
+    # replication_timeout). 0: no WAIT is sent.
+    ack_replicas: int = 0
+    ack_timeout: float = 1.0
     key_prefix: str = "relay"
     shards: int = 1
     host: str = "127.0.0.1"
@@ -107,6 +117,8 @@ class Settings:
                 value = f"<{len(value)} token(s)>"
             elif f.name == "redis_url":
                 value = _redact_url(value)
+            elif f.name == "redis_sentinel_password":
+                value = "***" if value else ""
             elif f.name == "outbox_dsn":
                 value = _redact_dsn(value)
             shown.append(f"{f.name}={value!r}")
@@ -119,7 +131,11 @@ class Settings:
     @property
     def redis_shown(self) -> str:
         """The Redis URL (password hidden) and where it came from, for messages."""
-        return f"{_redact_url(self.redis_url)} (from {self.redis_url_source})"
+        shown = f"{_redact_url(self.redis_url)} (from {self.redis_url_source})"
+        if self.redis_sentinels:
+            at = ",".join(f"{host}:{port}" for host, port in self.redis_sentinels)
+            shown += f", primary {self.redis_sentinel_master!r} from Sentinel {at}"
+        return shown
 
     @classmethod
     def for_operator(
@@ -181,6 +197,21 @@ class Settings:
             values["redis_url_source"] = "RELAY_REDIS_URL"
         convert("DEV_PRIVATE_REDIS", "dev_private_redis", flag)
         convert("REDIS_CLUSTER", "redis_cluster", flag)
+        convert("REDIS_SENTINELS", "redis_sentinels", _sentinels)
+        convert("REDIS_SENTINEL_MASTER", "redis_sentinel_master", str)
+        convert("REDIS_SENTINEL_PASSWORD", "redis_sentinel_password", str)
+        if "redis_sentinels" in values:  # Sentinel names the Redis: `relay dev` starts none
+            values["redis_url_given"] = True
+            if values.get("redis_cluster"):
+                raise SettingsError(
+                    "RELAY_REDIS_SENTINELS and RELAY_REDIS_CLUSTER=1 exclude each other"
+                )
+            if str(values.get("redis_url", "")).startswith("unix:"):
+                raise SettingsError(
+                    "RELAY_REDIS_SENTINELS needs a redis:// or rediss:// RELAY_REDIS_URL"
+                )
+        convert("ACK_REPLICAS", "ack_replicas", _non_negative_int)
+        convert("ACK_TIMEOUT", "ack_timeout", _ack_timeout)
         convert("KEY_PREFIX", "key_prefix", _prefix)
         convert("SHARDS", "shards", _positive_int)
         convert("HOST", "host", str)
@@ -217,6 +248,11 @@ class Settings:
         convert("OUTBOX_POLL_INTERVAL", "outbox_poll_interval", _positive_duration)
         convert("TEST_OUTBOX_CRASH_AFTER", "test_outbox_crash_after", int)
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if values.get("ack_replicas") and values.get("redis_cluster"):
+            # WAIT is keyless: a cluster pipeline cannot send it beside the script.
+            raise SettingsError(
+                "RELAY_ACK_REPLICAS > 0 is not supported with RELAY_REDIS_CLUSTER=1 yet"
+            )
         return cls(**values)  # type: ignore[arg-type]
 
 
@@ -242,6 +278,19 @@ def _redis_url(raw: str) -> str:
     return raw
 
 
+def _sentinels(raw: str) -> tuple[tuple[str, int], ...]:
+    """``host:port,host:port`` (port 26379 when left out)."""
+    found = []
+    for item in raw.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep:
+            host, port = port, "26379"
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("expected host:port[,host:port...]")
+        found.append((host.strip("[]"), int(port)))
+    return tuple(found)
+
+
 def _positive_int(raw: str) -> int:
     value = int(raw)
     if value < 1:
@@ -260,6 +309,21 @@ def _fraction(raw: str) -> float:
     value = float(raw)
     if not 0.0 <= value <= 1.0:
         raise ValueError("must be between 0 and 1")
+    return value
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+def _ack_timeout(raw: str) -> float:
+    # WAIT 0 would block forever; past the 5 s socket timeout the wait would be cut off
+    value = parse_duration(raw)
+    if not 0.001 <= value <= 4.0:
+        raise ValueError("must be between 1ms and 4s")
     return value
 
 

@@ -127,7 +127,9 @@ async def test_every_route_is_in_the_document(setup: Any) -> None:
     assert listed == routes  # and nothing documented that does not exist
 
 
-async def test_every_documented_answer_matches(setup: Any, receiver: Any) -> None:
+async def test_every_documented_answer_matches(
+    setup: Any, receiver: Any, make_store: Any, make_api: Any
+) -> None:
     store, _, doc, check, anon = setup
     receiver.responses["/gone"] = lambda request: web.Response(status=410)
     big = b'{"url": "' + b"x" * 70_000 + b'"}'  # beyond the server's request size limit
@@ -243,6 +245,11 @@ async def test_every_documented_answer_matches(setup: Any, receiver: Any) -> Non
     text = await check("GET", "/metrics", 200, session=anon)
     assert b"relay_deliveries_total" in text
     check.seen |= await readyz_unavailable(doc)
+    await Worker(store, store.settings).run(asyncio.Event(), burst=True)  # replayed ones again
+    spare = await check("POST", "/v1/endpoints", 201, json={"url": receiver.url + "/s"})
+    check.seen |= await replication_unconfirmed(
+        make_store, make_api, doc, ok=ok["id"], gone=gone["id"], spare=spare["id"], done=succeeded
+    )
 
     assert not check.mismatches, "answers that do not match their schema:\n" + "\n".join(
         check.mismatches
@@ -275,6 +282,39 @@ async def readyz_unavailable(doc: dict[str, Any]) -> set[tuple[str, str, int]]:
             await runner.cleanup()
             await store.close()
             server.stop()
+
+
+async def replication_unconfirmed(
+    make_store: Any,
+    make_api: Any,
+    doc: dict[str, Any],
+    *,
+    ok: str,
+    gone: str,
+    spare: str,
+    done: str,
+) -> set[tuple[str, str, int]]:
+    """503 replication_timeout: the same data through a Store that waits for one replica
+    (RELAY_ACK_REPLICAS=1, 20 ms) of a Redis that has none. ``gone`` has a dead delivery,
+    ``done`` is a succeeded one, ``gone`` was never rotated."""
+    store = await make_store(ack_replicas=1, ack_timeout=0.02)
+    api = await make_api(store)
+    check = Checker(api.url, doc, api.session)
+    event = {"type": "order.paid", "payload": {"n": 2}, "endpoint_ids": [ok]}
+    calls: list[tuple[str, str, str, dict[str, Any]]] = [
+        ("POST", "/v1/deliveries/{id}/replay", f"/v1/deliveries/{done}/replay", {}),
+        ("POST", "/v1/endpoints/{id}/recover", f"/v1/endpoints/{gone}/recover", {}),
+        ("POST", "/v1/endpoints/{id}/rotate-secret", f"/v1/endpoints/{gone}/rotate-secret", {}),
+        ("PATCH", "/v1/endpoints/{id}", f"/v1/endpoints/{ok}", {"json": {"description": "e"}}),
+        ("DELETE", "/v1/endpoints/{id}", f"/v1/endpoints/{spare}", {}),
+        ("POST", "/v1/endpoints", "/v1/endpoints", {"json": {"url": "http://127.0.0.1:9/x"}}),
+        ("POST", "/v1/events", "/v1/events", {"json": event, "headers": {"Idempotency-Key": "u"}}),
+    ]
+    for method, template, path, kw in calls:
+        data = await check(method, template, 503, path=path, **kw)
+        assert data["error"] == "replication_timeout", (path, data)
+    assert not check.mismatches, check.mismatches
+    return check.seen
 
 
 def json_type() -> dict[str, str]:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from relay.domain import jsonlimits
 from relay.endpoints.cache import EndpointCache
 from relay.publishing import Publisher
-from relay.queue.errors import UNAVAILABLE, is_unavailable
+from relay.queue.errors import UNAVAILABLE, ReplicationTimeout, is_unavailable
 from relay.queue.store import Store
 from relay.settings import Settings
 
@@ -169,6 +169,15 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
                 error.headers["Allow"] = exc.headers["Allow"]
             raise error from None
         raise
+    except ReplicationTimeout as exc:
+        # Written on the primary, not confirmed by RELAY_ACK_REPLICAS replicas in time: not
+        # acknowledged. A retry with the same Idempotency-Key writes nothing twice.
+        log.warning("api.replication_timeout", path=request.path, error=str(exc))
+        late = ApiError(
+            503, "replication_timeout", f"not confirmed by enough replicas ({exc}); retry"
+        )
+        late.headers["Retry-After"] = "1"
+        raise late from None
     except Exception as exc:
         if not is_unavailable(exc):
             raise

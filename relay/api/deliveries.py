@@ -67,7 +67,7 @@ async def read(request: web.Request) -> web.Response:
     "POST",
     "/v1/deliveries/{id}/replay",
     summary="Replay a dead or succeeded delivery",
-    responses={202: ReplayOut, 404: ErrorOut, 409: ErrorOut},
+    responses={202: ReplayOut, 404: ErrorOut, 409: ErrorOut, 503: ErrorOut},
 )
 async def replay(request: web.Request) -> web.Response:
     delivery_id = request.match_info["id"]
@@ -90,7 +90,7 @@ async def replay(request: web.Request) -> web.Response:
     summary="Replay an endpoint's dead deliveries",
     body=RecoverIn,
     body_required=False,  # no body: every dead delivery of the endpoint
-    responses={202: RecoverOut, 404: ErrorOut},
+    responses={202: RecoverOut, 404: ErrorOut, 503: ErrorOut},
 )
 async def recover(request: web.Request) -> web.Response:
     endpoint = await load_endpoint(request)

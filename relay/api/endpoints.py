@@ -40,7 +40,7 @@ async def load(request: web.Request) -> dict[str, Any]:
     "/v1/endpoints",
     summary="Create an endpoint",
     body=EndpointIn,
-    responses={201: EndpointOut, 422: ErrorOut},
+    responses={201: EndpointOut, 422: ErrorOut, 503: ErrorOut},
 )
 async def create(request: web.Request) -> web.Response:
     data, _ = await body(request, EndpointIn)
@@ -100,7 +100,7 @@ async def read_headers(request: web.Request) -> web.Response:
     "/v1/endpoints/{id}",
     summary="Change an endpoint",
     body=EndpointPatch,
-    responses={200: EndpointOut, 404: ErrorOut, 422: ErrorOut},
+    responses={200: EndpointOut, 404: ErrorOut, 422: ErrorOut, 503: ErrorOut},
 )
 async def patch(request: web.Request) -> web.Response:
     await load(request)
@@ -116,7 +116,7 @@ async def patch(request: web.Request) -> web.Response:
     "DELETE",
     "/v1/endpoints/{id}",
     summary="Delete an endpoint",
-    responses={204: None, 404: ErrorOut},
+    responses={204: None, 404: ErrorOut, 503: ErrorOut},
 )
 async def delete(request: web.Request) -> web.Response:
     await Lifecycle(request.app[STORE]).delete(await load(request))
@@ -127,7 +127,7 @@ async def delete(request: web.Request) -> web.Response:
     "POST",
     "/v1/endpoints/{id}/rotate-secret",
     summary="Rotate the signing secret (at most once a minute)",
-    responses={200: RotatedOut, 404: ErrorOut, 429: ErrorOut},
+    responses={200: RotatedOut, 404: ErrorOut, 429: ErrorOut, 503: ErrorOut},
 )
 async def rotate(request: web.Request) -> web.Response:
     try:

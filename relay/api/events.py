@@ -26,7 +26,14 @@ def _idempotency_key(request: web.Request) -> str | None:
     "/v1/events",
     summary="Publish an event",
     body=EventIn,
-    responses={201: EventOut, 200: EventOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut},
+    responses={
+        201: EventOut,
+        200: EventOut,
+        409: ErrorOut,
+        413: ErrorOut,
+        422: ErrorOut,
+        503: ErrorOut,
+    },
 )
 async def publish(request: web.Request) -> web.Response:
     idem = _idempotency_key(request)

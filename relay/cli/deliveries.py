@@ -22,6 +22,12 @@ from relay.ops.retention import Retention
 from relay.queue.store import Store
 
 
+async def _stats_with_redis(store: Store) -> dict[str, Any]:
+    data = await store.stats()
+    data["redis"] = (await store.server_facts()).as_dict()  # role, persistence, replicas
+    return data
+
+
 @click.command()
 @json_option
 def stats(as_json: bool) -> None:
@@ -32,7 +38,7 @@ def stats(as_json: bool) -> None:
       relay stats
       relay stats --json | jq .queue.due
     """
-    data = with_store(lambda s: s.stats())
+    data = with_store(_stats_with_redis)
     settings = operator_settings()
     if settings.outbox_dsn:  # the outbox backlog too, when this machine publishes from one
         data["outbox"] = outbox_backlog(settings.outbox_dsn, settings.outbox_table)
@@ -49,6 +55,9 @@ def stats(as_json: bool) -> None:
                 ["oldest due age (s)", q["oldest_due_age_seconds"]],
                 ["leases reclaimed (all time)", d["reclaimed_total"]],
                 ["shards", d["shards"]],
+                ["redis role", d["redis"]["role"]],
+                ["redis persistence", d["redis"]["persistence"]],
+                ["redis replicas", d["redis"]["connected_replicas"]],
             ]
             + (
                 [

@@ -126,7 +126,8 @@ class Lifecycle:
             )
             return endpoint
 
-        done = await self.store.update_endpoint(endpoint_id, disabled)
+        # a worker's write: it waits for no replica (RELAY_ACK_REPLICAS is for clients)
+        done = await self.store.update_endpoint(endpoint_id, disabled, confirm=False)
         if done is None or done[0] is done[1]:
             return False
         log.warning("endpoint.disabled", endpoint_id=endpoint_id, failing_since=failing_since)

@@ -94,6 +94,11 @@ BREAKER = Gauge(
     ["endpoint"],
     registry=REGISTRY,
 )
+REDIS_PERSISTENCE = Gauge(
+    "relay_redis_persistence",
+    "What Redis persists, read at start: 0 none, 1 rdb, 2 aof, 3 both, -1 unknown",
+    registry=REGISTRY,
+)
 REDIS_UP = Gauge(
     "relay_redis_up",
     "1 when the shared gauges of this scrape were read from Redis, 0 when it did not answer",

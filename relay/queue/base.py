@@ -12,6 +12,10 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import SSLConnection, parse_url
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MasterDownError
 
 from relay.domain import ids
 from relay.queue.keys import Keys, ShardKeys
@@ -30,8 +34,76 @@ def answers(url: str) -> bool:
         client.close()
 
 
+class _SentinelConnection(SentinelManagedConnection):
+    """redis-py re-asks Sentinel after READONLY (a demoted primary); MASTERDOWN (a node
+    that lost its own primary, so not the primary now) is the same: the command did not
+    run, the connection is closed, and the retry is made to the primary Sentinel names."""
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except MasterDownError:
+            await self.disconnect()
+            raise RedisConnectionError("MASTERDOWN: this node is not the primary now") from None
+
+
+class _SentinelSSLConnection(_SentinelConnection, SSLConnection):
+    pass
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """Sentinel's pool (each new connection asks Sentinel where the primary is, and
+    connections to a primary Sentinel no longer names are dropped), blocking as below."""
+
+
+class _SentinelRedis(aioredis.Redis):
+    """The primary's client; closing it closes the connections to the Sentinels too."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        manager = getattr(self.connection_pool, "sentinel_manager", None)
+        for sentinel in manager.sentinels if manager is not None else ():
+            await sentinel.aclose()
+
+
+def _sentinel_client(settings: Settings) -> Any:
+    """A client for the primary Sentinel names ``settings.redis_sentinel_master``.
+
+    The URL still gives the db number, username, password and options; its host and
+    port are ignored. A command that fails on a dead or demoted primary (a connection
+    error; READONLY or MASTERDOWN, turned into a connection error and a fresh look-up)
+    leaves its connection closed, and the next connection is made to whatever primary
+    Sentinel names then: no restart after a failover.
+    """
+    options: dict[str, Any] = dict(parse_url(settings.redis_url))
+    for key in ("host", "port", "path"):
+        options.pop(key, None)
+    ssl = options.pop("connection_class", None) is SSLConnection
+    options["connection_class"] = _SentinelSSLConnection if ssl else _SentinelConnection
+    options = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0, **options}
+    # Sentinels are asked on every new connection: a dead one is skipped at once
+    # (refused), a stalled one after 1 s.
+    sentinel_kwargs: dict[str, Any] = {"socket_timeout": 1.0, "socket_connect_timeout": 1.0}
+    if settings.redis_sentinel_password:
+        sentinel_kwargs["password"] = settings.redis_sentinel_password
+    sentinel = Sentinel(list(settings.redis_sentinels), sentinel_kwargs=sentinel_kwargs)
+    return sentinel.master_for(
+        settings.redis_sentinel_master,
+        redis_class=_SentinelRedis,
+        connection_pool_class=_BlockingSentinelPool,
+        decode_responses=True,
+        health_check_interval=30,
+        max_connections=256,
+        timeout=20,
+        **options,
+    )
+
+
 def connect(settings: Settings) -> Any:
-    """An asyncio Redis (or Redis Cluster) client for ``settings.redis_url``."""
+    """An asyncio Redis (or Redis Cluster) client for ``settings.redis_url``; with
+    ``settings.redis_sentinels``, for the primary Sentinel names."""
+    if settings.redis_sentinels:
+        return _sentinel_client(settings)
     if settings.redis_cluster:
         # reinitialize_steps=0: a MOVED patches that slot in the client's map. The default
         # (5) closes every node connection on each 5th MOVED, under the commands other

@@ -33,26 +33,38 @@ class EndpointRecords(StoreBase):
             self.endpoint_epoch += 1
 
     async def _endpoint_put(
-        self, endpoint: dict[str, Any], *, old_app: str | None = None, expected: str | None = None
+        self,
+        endpoint: dict[str, Any],
+        *,
+        old_app: str | None = None,
+        expected: str | None = None,
+        confirm: bool = True,
     ) -> bool:
         """Write an endpoint and its app index (``endpoint_put.lua``); with ``expected``
-        (the JSON read before) only if it still holds that. True when written."""
+        (the JSON read before) only if it still holds that. True when written.
+        ``confirm``: wait for ``RELAY_ACK_REPLICAS`` replicas (a client's write)."""
         app = self.keys.app(endpoint["app"])
         keys = [self.keys.endpoints, app, self.keys.app(old_app) if old_app is not None else app]
         args: list[Any] = [endpoint["id"], orjson.dumps(endpoint), self.keys.endpoints_changed]
         if expected is not None:
             args.append(expected)
         with self._endpoint_write():
-            return bool(int(await self.scripts.endpoint_put(keys=keys, args=args)))
+            ack = (self.settings.ack_replicas if confirm else 0, self.settings.ack_timeout)
+            return bool(int(await self.scripts.endpoint_put(keys=keys, args=args, ack=ack)))
 
     async def put_endpoint(self, endpoint: dict[str, Any]) -> None:
         """Create (or overwrite) an endpoint; changes go through :meth:`update_endpoint`."""
         await self._endpoint_put(endpoint)
 
     async def update_endpoint(
-        self, endpoint_id: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+        self,
+        endpoint_id: str,
+        change: Callable[[dict[str, Any]], dict[str, Any] | None],
+        *,
+        confirm: bool = True,
     ) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """Read, ``change``, compare-and-set; retried when another writer got in between.
+        ``confirm=False``: a worker's write (auto-disable), which waits for no replica.
 
         ``change`` gets a copy and returns the new endpoint (or None to write nothing).
         Returns ``(before, after)``, or None when the endpoint does not exist.
@@ -65,7 +77,9 @@ class EndpointRecords(StoreBase):
             after = change(orjson.loads(raw))
             if after is None:
                 return before, before
-            if await self._endpoint_put(after, old_app=before["app"], expected=raw):
+            if await self._endpoint_put(
+                after, old_app=before["app"], expected=raw, confirm=confirm
+            ):
                 return before, after
         raise RuntimeError(f"endpoint {endpoint_id} kept changing; gave up after 20 tries")
 
@@ -110,6 +124,7 @@ class EndpointRecords(StoreBase):
         """Delete an endpoint and its app index entry (``endpoint_delete.lua``)."""
         with self._endpoint_write():
             done = await self.scripts.endpoint_delete(
+                ack=(self.settings.ack_replicas, self.settings.ack_timeout),
                 keys=[self.keys.endpoints, self.keys.app(endpoint["app"])],
                 args=[endpoint["id"], self.keys.endpoints_changed],
             )

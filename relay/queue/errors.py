@@ -43,8 +43,22 @@ REFUSAL_CODES = frozenset(
     }
 )
 
+
+class ReplicationTimeout(Exception):
+    """A write ran on the primary, but fewer than ``RELAY_ACK_REPLICAS`` replicas
+    confirmed it (``WAIT``) within ``RELAY_ACK_TIMEOUT``: not acknowledged. The API
+    answers 503 ``replication_timeout``; a retry with the same Idempotency-Key writes
+    nothing twice and confirms again."""
+
+    def __init__(self, wanted: int, confirmed: int, timeout_ms: int) -> None:
+        super().__init__(f"{confirmed} of {wanted} replica(s) confirmed within {timeout_ms} ms")
+        self.wanted = wanted
+        self.confirmed = confirmed
+
+
 # The API answers these with 503 and Retry-After, never a 500.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
+    ReplicationTimeout,  # the write may be on the primary only: retry (idempotently)
     RedisConnectionError,  # includes BusyLoadingError (LOADING)
     RedisTimeoutError,
     BusyLoadingError,

@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from redis.exceptions import AskError, ClusterError, TryAgainError
+from redis.exceptions import AskError, ClusterError, NoScriptError, TryAgainError
 
+from relay.queue.errors import ReplicationTimeout
 from relay.queue.keys import guard_key
 
 log = structlog.get_logger("relay.scripts")
@@ -82,7 +83,17 @@ class _Call:
     def sha(self) -> str:
         return str(self.script.sha)
 
-    async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+    async def __call__(
+        self,
+        keys: Sequence[Any] = (),
+        args: Sequence[Any] = (),
+        *,
+        ack: tuple[int, float] = (0, 0.0),
+    ) -> Any:
+        """``ack``: ``(replicas, timeout s)`` that must confirm this write (see
+        :meth:`_confirmed`); 0 replicas: the plain call."""
+        if ack[0] > 0:
+            return await self._confirmed(ack[0], ack[1], keys, args)
         keys = [*keys, guard_key(str(keys[0]))]
         deadline = time.monotonic() + (0.0 if self._name in FAIL_FAST else MIGRATION_WAIT)
         delay = 0.01
@@ -96,6 +107,41 @@ class _Call:
                 log.info("script.retry", script=self._name, error=str(exc)[:120])
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.2)
+
+    async def _confirmed(
+        self, replicas: int, timeout_s: float, keys: Sequence[Any], args: Sequence[Any]
+    ) -> Any:
+        """The call, then ``WAIT replicas timeout`` on the same connection: its reply once
+        ``replicas`` replicas have every write of that connection (so this call's);
+        :class:`ReplicationTimeout` when fewer confirm in time (the write did run on the
+        primary). Only called with ``replicas`` > 0: with 0 no WAIT is sent at all.
+
+        One non-transactional pipeline, so one pooled connection and one round trip:
+        ``EVALSHA`` and ``WAIT`` (``WAIT`` counts the writes of the connection that sends
+        it). ``NOSCRIPT`` (a Redis restart, ``SCRIPT FLUSH``) loads the script and sends
+        both again: nothing ran. Not for a cluster (refused in settings): ``WAIT`` names
+        no key, so a cluster pipeline cannot route it beside the script.
+        """
+        keys = [*keys, guard_key(str(keys[0]))]
+        timeout_ms = max(1, int(timeout_s * 1000))
+        client = self._owner._client
+        for _ in range(2):
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.evalsha(self.sha, len(keys), *keys, *args)
+                pipe.execute_command("WAIT", replicas, timeout_ms)
+                reply, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError):
+                self.script.sha = await client.script_load(self._owner._sources[self._name])
+                continue
+            if isinstance(reply, BaseException):
+                raise reply
+            if isinstance(acked, BaseException):
+                raise acked
+            if int(acked) < replicas:
+                self._owner.replication_timeouts += 1
+                raise ReplicationTimeout(replicas, int(acked), timeout_ms)
+            return reply
+        raise NoScriptError(f"script {self._name} could not be loaded")
 
 
 class Scripts:
@@ -111,6 +157,8 @@ class Scripts:
         # Calls refused (and so not run) because their slot was moving or the cluster
         # re-forming, by script name; every refusal but the last of a call is retried.
         self.refused: dict[str, int] = {}
+        # Confirmed calls (RELAY_ACK_REPLICAS) whose WAIT ran out before enough replicas.
+        self.replication_timeouts = 0
 
     def __getattr__(self, name: str) -> Any:
         try:

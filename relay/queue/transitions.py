@@ -19,6 +19,11 @@ from relay.queue.records import Claimed, ClaimResult, Outcome, Swept, num
 
 
 class Transitions(StoreBase):
+    @property
+    def _ack(self) -> tuple[int, float]:
+        """``(replicas, timeout)`` for writes answered to a client (``_Call._confirmed``)."""
+        return self.settings.ack_replicas, self.settings.ack_timeout
+
     # ------------------------------------------------------------------ publish
 
     async def publish(
@@ -62,7 +67,9 @@ class Transitions(StoreBase):
         for delivery_id, endpoint_id in deliveries:
             keys += [sk.delivery(delivery_id), sk.endpoint_index(endpoint_id)]
             args += [delivery_id, endpoint_id]
-        res = await self.scripts.publish(keys=keys, args=args)
+        # Confirmed by RELAY_ACK_REPLICAS replicas (WAIT), on the hit path too: the script
+        # then touches the key, so the WAIT covers the first answer's write as well.
+        res = await self.scripts.publish(keys=keys, args=args, ack=self._ack)
         return None if int(res[0]) == 1 else res[1]
 
     # ------------------------------------------------------------------ worker transitions
@@ -170,6 +177,7 @@ class Transitions(StoreBase):
                 res = await self.scripts.replay(
                     keys=[sk.due, sk.succeeded, sk.dead, *(sk.delivery(d) for d in chunk)],
                     args=[sk.wake, self.settings.max_attempts, len(chunk), *chunk],
+                    ack=self._ack,
                 )
                 result.update(zip(chunk, res, strict=True))
         return result

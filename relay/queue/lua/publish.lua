@@ -21,11 +21,16 @@
 --
 -- The event hash keeps "live", the number of its deliveries still stored: expire.lua
 -- counts it down and removes the event with its last delivery.
--- Returns {1} when stored, or {0, <stored idempotency value>} when the key was taken.
+-- Returns {1} when stored, or {0, <stored idempotency value>} when the key was taken
+-- (then the key is set again, same value and TTL: a write a WAIT after the call waits for).
 if ARGV[1] == "1" then
   local ok = redis.call("SET", KEYS[1], ARGV[2], "NX", "PX", ARGV[3])
   if not ok then
-    return {0, redis.call("GET", KEYS[1])}
+    -- A write on the hit path (the same value set again, TTL kept): a WAIT after this
+    -- call then covers the first answer's write too, which may not be on a replica yet.
+    local stored = redis.call("GET", KEYS[1])
+    redis.call("SET", KEYS[1], stored, "KEEPTTL")
+    return {0, stored}
   end
 end
 

@@ -1,0 +1,74 @@
+"""Read the Redis server's durability settings (:class:`relay.domain.redisfacts.RedisFacts`).
+
+``CONFIG GET`` first; managed Redis often disables or renames ``CONFIG``, and then the
+policy comes from ``INFO memory`` and AOF from ``INFO persistence`` (the ``save``
+schedule is only in ``CONFIG``, so RDB is then unknown). On a Redis Cluster the client's
+default node answers for all of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
+
+from relay.domain.redisfacts import RedisFacts
+from relay.queue.base import StoreBase
+
+
+class ServerFacts(StoreBase):
+    async def _run(self, *args: Any) -> Any:
+        if isinstance(self.redis, RedisCluster):
+            node = self.redis.get_default_node()
+            return await self.redis.execute_command(*args, target_nodes=node)
+        return await self.redis.execute_command(*args)
+
+    async def _config(self, name: str) -> str | None:
+        """One CONFIG GET value, or None when CONFIG is refused (disabled, renamed, ACL)."""
+        try:
+            reply = await self._run("CONFIG GET", name)
+        except ResponseError:
+            return None
+        if isinstance(reply, dict):
+            value = reply.get(name)
+        elif isinstance(reply, list) and len(reply) >= 2:
+            value = reply[1]
+        else:
+            value = None
+        return None if value is None else str(value)
+
+    async def _info(self, section: str) -> dict[str, Any]:
+        try:
+            reply = await self._run("INFO", section)
+        except ResponseError:
+            return {}
+        return reply if isinstance(reply, dict) else {}
+
+    async def server_facts(self) -> RedisFacts:
+        """Role, maxmemory-policy, AOF, RDB and connected replicas of this Redis."""
+        memory = await self._info("memory")
+        persistence = await self._info("persistence")
+        replication = await self._info("replication")
+        policy = await self._config("maxmemory-policy")
+        policy_from = "CONFIG GET"
+        if policy is None and memory.get("maxmemory_policy") is not None:
+            policy, policy_from = str(memory["maxmemory_policy"]), "INFO memory"
+        elif policy is None:
+            policy_from = ""
+        aof_info = persistence.get("aof_enabled")
+        aof: bool | None = None if aof_info is None else bool(int(aof_info))
+        if aof is None:
+            appendonly = await self._config("appendonly")
+            aof = None if appendonly is None else appendonly == "yes"
+        save = await self._config("save")
+        rdb = None if save is None else bool(save.strip())
+        replicas = replication.get("connected_slaves")
+        return RedisFacts(
+            role=replication.get("role"),
+            maxmemory_policy=policy,
+            aof=aof,
+            rdb=rdb,
+            connected_replicas=None if replicas is None else int(replicas),
+            policy_from=policy_from,
+        )

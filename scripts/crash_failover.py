@@ -1,0 +1,268 @@
+"""Crash injection with Sentinel failover (``make crash``, after the single-Redis rounds).
+
+Per round, everything on 127.0.0.1 and in a temporary directory: the topology of
+``tests/sentinel.py`` (1 primary, 2 replicas, 3 Sentinels, every node ``appendonly yes``
+with ``appendfsync always``), an API process and ``--workers`` worker processes given
+``RELAY_REDIS_SENTINELS`` (so they find the primary through Sentinel), a recording
+receiver; the events are published as in ``scripts/crash.py`` (a publish without a
+200/201 is retried with its Idempotency-Key) while workers are SIGKILLed and replaced,
+and the **primary** is SIGKILLed ``--kills`` times per round (spread over the publish;
+a kill still due when publishing is over happens during the drain). Each time Sentinel
+promotes a replica, relay follows with no restart, and the killed node comes back as a
+replica of the new primary before the next kill.
+
+The report is ``scripts/crash.py``'s (``crash_report.analyze``), with the outage window
+of each kill running from the SIGKILL to the moment every Sentinel names the new
+primary and it takes writes. One rule is added for a failover: a claim written to the
+old primary but not yet replicated is gone on the new one, so the delivery is claimed
+again under the same claim number. A second copy under the same ``x-relay-attempt`` is
+explained by the failover when the first copy arrived between 1 s before a kill and the
+end of that failover; those copies are counted in ``explained_by_failover``.
+
+Rounds alternate ``RELAY_ACK_REPLICAS=1`` and ``0`` (``--ack``). With ``1`` (each
+acknowledged write waited for by one replica) a lost event fails the round; with ``0``
+an acknowledged write can be lost when the primary dies before replicating it, and the
+round reports that loss (``lost``) without failing on it. When the tree has no
+``RELAY_ACK_REPLICAS`` setting, ``ack_replicas_supported`` is false in the report.
+
+    python scripts/crash_failover.py --rounds 2 --events 1500 --kills 3 --ack 1,0
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "tests"), str(ROOT)]
+
+from crash import Config, Round  # noqa: E402
+from crash_report import print_table  # noqa: E402
+from sentinel import SentinelTopology  # noqa: E402
+
+from relay.settings import Settings  # noqa: E402
+
+ACK_SUPPORTED = "ack_replicas" in Settings.__dataclass_fields__
+BEFORE_KILL = 1.0  # seconds: a copy this long before a kill may rest on an unreplicated claim
+
+
+class _Topology:
+    """What ``crash.Round`` asks of ``self.redis``, for a Sentinel topology."""
+
+    def __init__(self, topo: SentinelTopology) -> None:
+        self.topo = topo
+
+    @property
+    def url(self) -> str:  # host and port are ignored beside RELAY_REDIS_SENTINELS
+        return self.topo.nodes[0].url
+
+    @property
+    def port(self) -> int | None:
+        return self.topo.nodes[0].port
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.topo.start()
+
+    def stop(self) -> None:
+        self.topo.stop()
+
+
+class FailoverRound(Round):
+    def __init__(self, number: int, cfg: Config, kills: int, ack: int, rng: random.Random):
+        super().__init__(number, cfg, False, rng)
+        self.topo = SentinelTopology(self.dir / "redis")
+        self.redis = _Topology(self.topo)  # type: ignore[assignment]
+        self.kills_wanted = kills
+        self.ack = ack
+        self.at = sorted(int(cfg.events * (i + 1) / (kills + 1)) for i in range(kills))
+
+    def _env(self, **extra: str) -> dict[str, str]:
+        env = super()._env(**extra)
+        env["RELAY_REDIS_SENTINELS"] = self.topo.sentinels_env
+        env["RELAY_ACK_REPLICAS"] = str(self.ack)
+        return env
+
+    def _primary(self) -> Any:
+        return aioredis.Redis(port=self.topo.primary_port(), decode_responses=True)
+
+    async def _kill_redis(self) -> None:
+        for threshold in self.at:
+            while len(self.st.acked) < threshold and not self.st.publish_done.is_set():  # noqa: ASYNC110 (polled state)
+                await asyncio.sleep(0.02)
+            killed = time.time()
+            old = await asyncio.to_thread(self.topo.kill_primary)
+            assert old.port is not None
+            await asyncio.to_thread(self.topo.wait_failover, old.port)
+            self.st.outages.append({"killed_at": killed, "ready_at": time.time()})
+            await asyncio.to_thread(self.topo.revive, old)
+
+    async def _drain(self, client: Any) -> bool:
+        # every kill happens before the end (unless the kills failed: reported)
+        while len(self.st.outages) < self.kills_wanted and not self._killer.done():  # noqa: ASYNC110 (polled state)
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)
+        primary = self._primary()
+        try:
+            return await super()._drain(primary)
+        finally:
+            await primary.aclose()
+
+    async def _collect(self, client: Any) -> dict[int, dict[str, Any]]:
+        primary = self._primary()
+        try:
+            return await super()._collect(primary)
+        finally:
+            await primary.aclose()
+
+    async def run(self) -> dict[str, Any]:
+        self._killer = asyncio.create_task(self._kill_after_start())
+        try:
+            report = await super().run()
+        finally:
+            self._killer.cancel()
+        report["redis_killed"] = True
+        report["failovers"] = len(self.st.outages)
+        report["ack_replicas"] = self.ack
+        report["ack_replicas_supported"] = ACK_SUPPORTED
+        if len(self.st.outages) != self.kills_wanted:
+            report["ok"] = False
+        return report
+
+    async def _kill_after_start(self) -> None:
+        # crash.Round.run starts _kill_redis only when kill_redis is set; this round
+        # keeps it False (one outage per round is what crash_report checks) and starts
+        # the kills itself once the API is up.
+        while self.topo.sentinels == [] or not any(p.name == "api" for p in self.st.procs):  # noqa: ASYNC110 (polled state)
+            await asyncio.sleep(0.05)
+        while not self.st.acked:  # noqa: ASYNC110 (polled state)
+            await asyncio.sleep(0.02)
+        await self._kill_redis()
+
+
+def failover_explained(records: list[dict[str, Any]], outages: list[dict[str, float]]) -> int:
+    """Drop from ``records`` the repeated-claim copies a failover explains; how many."""
+    seen: dict[tuple[str, int], float] = {}
+    keep, dropped = [], 0
+    for r in sorted(records, key=lambda r: r["at"]):
+        key = (r["id"], r["attempt"])
+        first = seen.get(key)
+        if first is not None and any(
+            o["killed_at"] - BEFORE_KILL <= first <= o["ready_at"] for o in outages
+        ):
+            dropped += 1
+            continue
+        seen.setdefault(key, r["at"])
+        keep.append(r)
+    records[:] = keep
+    return dropped
+
+
+def _patch_analyze() -> None:
+    """crash.Round.run calls crash.analyze; apply the failover rule first."""
+    import crash
+
+    plain = crash.analyze
+
+    def analyze(rnd: Any, rows: Any, records: list[dict[str, Any]], drained: bool) -> Any:
+        by_failover = failover_explained(records, rnd.st.outages)
+        report = plain(rnd, rows, records, drained)
+        report["duplicate_sends"] += by_failover
+        report["explained"] += by_failover
+        report["explained_by_failover"] = by_failover
+        if rnd.ack == 0 and report["lost"]:  # the loss this choice can show: reported
+            rest = {**report, "lost": 0}
+            report["ok"] = crash_ok(rest, rnd)
+        return report
+
+    crash.analyze = analyze
+
+
+def crash_ok(report: dict[str, Any], rnd: Any) -> bool:
+    return bool(
+        report["drained"]
+        and report["missing_in_redis"] == 0
+        and report["unexplained"] == 0
+        and report["unacknowledged"] == 0
+        and not report["unexpected_exits"]
+    )
+
+
+async def run_rounds(args: argparse.Namespace, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    cfg = Config(events=args.events, workers=args.workers, lease=args.lease, min_kills=1)
+    results = []
+    for n in range(1, args.rounds + 1):
+        ack = args.ack[(n - 1) % len(args.ack)]
+        print(
+            f"failover round {n}/{args.rounds}: {cfg.events} events, {args.kills} primary "
+            f"kills, RELAY_ACK_REPLICAS={ack}",
+            file=sys.stderr,
+            flush=True,
+        )
+        rnd = FailoverRound(n, cfg, args.kills, ack, rng)
+        rnd.keep = args.keep
+        results.append(await rnd.run())
+    return results
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--events", type=int, default=1500)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--kills", type=int, default=3, help="primary SIGKILLs per round")
+    p.add_argument("--ack", default="1,0", help="RELAY_ACK_REPLICAS per round, in turn")
+    p.add_argument("--lease", type=float, default=1.5)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--keep", action="store_true")
+    p.add_argument("--json", default=str(ROOT / "bench" / "results" / "crash-failover.json"))
+    args = p.parse_args(argv)
+    args.ack = [int(x) for x in str(args.ack).split(",")]
+    return args
+
+
+def main() -> None:
+    args = parse()
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    _patch_analyze()
+    results = asyncio.run(run_rounds(args, seed))
+    ok = all(r["ok"] for r in results)
+    out = {
+        "command": " ".join(["scripts/crash_failover.py", *sys.argv[1:]]),
+        "seed": seed,
+        "config": vars(args),
+        "ack_replicas_supported": ACK_SUPPORTED,
+        "rounds": results,
+        "ok": ok,
+    }
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    print_table(results)
+    for r in results:
+        outages = r["redis_outages"]
+        print(
+            f"round {r['round']}: RELAY_ACK_REPLICAS={r['ack_replicas']}, {r['failovers']} "
+            f"failovers (down/publish resumed/delivery resumed s: "
+            + ", ".join(
+                f"{o['down_s']}/{o['publish_resumed_s']}/{o['delivery_resumed_s']}" for o in outages
+            )
+            + f"); lost {r['lost']} of {r['acknowledged']}; {r['duplicate_sends']} duplicates, "
+            f"{r['explained_by_failover']} by a repeated claim after a failover, "
+            f"{r['unexplained']} unexplained; received unacknowledged "
+            f"{r['received_unacknowledged']}"
+        )
+    print(f"seed {seed}; {path}; ok: {ok}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
