@@ -602,6 +602,13 @@ async def test_replay_dead_by_endpoint_and_since(st: Store) -> None:
         await st.redis.hset(sk.delivery(d), "finished_at", died[d])
         await st.redis.zadd(sk.dead, {d: died[d]})
     a_ids = [d for d, t in died.items() if t in (1_000, 3_000, 4_000)]
+    # the CLI's progress totals: counted over every shard, `since` inclusive
+    assert (await st.count_dead(), await st.count_dead(3_000), await st.count_dead(5_000)) == (
+        4,
+        2,
+        0,
+    )
+    assert await st.count_succeeded(10**15) == 0
     pages: list[int] = []
     replayed, refused = await st.replay_dead(endpoint_id=a["id"], since=3_000, on_page=pages.append)
     assert (replayed, refused, pages) == (2, 0, [2])

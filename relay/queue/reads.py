@@ -6,7 +6,7 @@ Pipelined per shard; never a scan. Key names come from :mod:`relay.queue.keys`.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -241,16 +241,19 @@ class Reads(StoreBase):
     async def count_dead(self, since_ms: int | None = None) -> int:
         """Dead deliveries kept (that died at or after ``since_ms``), over every shard."""
         low: int | str = since_ms if since_ms else "-inf"
-        return sum(
-            [int(await self.redis.zcount(sk.dead, low, "+inf")) for sk in self.keys.all_shards()]
-        )
+        return await self._count_scored(lambda sk: sk.dead, low, "+inf")
 
     async def count_succeeded(self, before_ms: int) -> int:
         """Succeeded deliveries kept that finished at or before ``before_ms`` (inclusive,
         like the cutoff of :meth:`expire_shard`), over every shard."""
-        return sum(
-            [
-                int(await self.redis.zcount(sk.succeeded, "-inf", before_ms))
-                for sk in self.keys.all_shards()
-            ]
-        )
+        return await self._count_scored(lambda sk: sk.succeeded, "-inf", before_ms)
+
+    async def _count_scored(
+        self, index: Callable[[ShardKeys], str], low: int | str, high: int | str
+    ) -> int:
+        """``ZCOUNT`` of one finished-state index over every shard, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sk in self.keys.all_shards():
+                pipe.zcount(index(sk), low, high)
+            counts = await pipe.execute()
+        return sum(int(c) for c in counts)
