@@ -39,14 +39,13 @@ from relay.connectors import outbox_schema as q
 from relay.domain.schema import EventIn
 from relay.ops import metrics
 from relay.publishing import Publisher, PublishError
-from relay.queue.errors import NOT_UP, TRANSIENT_WRITE, UNAVAILABLE
+from relay.queue.errors import is_transient
 from relay.queue.store import Store
 from relay.settings import Settings
 
 log = structlog.get_logger("relay.outbox")
 
 AfterPublish = Callable[[int], None]  # test hook: called with the row id once Redis acked
-_TRANSIENT = (*UNAVAILABLE, *NOT_UP, *TRANSIENT_WRITE)
 GAUGE_EVERY = 1.0  # seconds between backlog reads
 
 
@@ -70,7 +69,8 @@ class Outcome:
 
 def _is_transient(exc: BaseException) -> bool:
     """A failure of Redis, never of the row: leave the row and try again later."""
-    return isinstance(exc, _TRANSIENT) or type(exc).__module__.split(".")[0] == "redis"
+    # any other redis-py error (a script error, say) is not the row's fault either
+    return is_transient(exc) or type(exc).__module__.split(".")[0] == "redis"
 
 
 def event_of(row: dict[str, Any]) -> EventIn:
