@@ -59,18 +59,22 @@ class RedisRefused(RuntimeError):
 
 async def check_redis(store: Store) -> None:
     """Refuse an evicting Redis (RedisRefused); log a warning for one without persistence
-    or whose settings cannot be read, and set ``relay_redis_persistence``."""
+    or whose settings cannot be read, and set ``relay_redis_persistence`` (the least
+    durable node's). On a Redis Cluster every primary is checked."""
     try:
-        facts = await store.server_facts()
+        by_node = await store.server_facts_by_node()
     except NOT_UP as exc:  # gone again since the scripts loaded: checked on the next start
         log.warning("redis.facts_unread", error=str(exc))
         return
-    verdict = redisfacts.judge(facts)
-    metrics.REDIS_PERSISTENCE.set(facts.persistence_level)
-    if verdict.refuse:
-        raise RedisRefused(verdict.refuse)
-    for warning in verdict.warnings:
-        log.warning("redis.unsafe", warning=warning, persistence=facts.persistence)
+    metrics.REDIS_PERSISTENCE.set(min(f.persistence_level for _, f in by_node))
+    for node, facts in by_node:
+        verdict = redisfacts.judge(facts)
+        if verdict.refuse:
+            raise RedisRefused(f"node {node}: {verdict.refuse}" if node else verdict.refuse)
+        for warning in verdict.warnings:
+            log.warning(
+                "redis.unsafe", warning=warning, persistence=facts.persistence, node=node or None
+            )
 
 
 def crash_hook(marker: str) -> BeforeSend | None:

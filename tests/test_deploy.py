@@ -205,7 +205,8 @@ def test_k8s_grace_outlasts_shutdown_grace() -> None:
 
 def test_k8s_pods_are_locked_down_and_sized() -> None:
     pods = _pod_specs()
-    assert set(pods) == {"relay-api", "relay-worker", "relay-redis"}
+    # relay-redis-ha: the replicated Redis of the deploy/k8s/sentinel component
+    assert set(pods) == {"relay-api", "relay-worker", "relay-redis", "relay-redis-ha"}
     for name, pod in pods.items():
         assert pod["securityContext"]["runAsNonRoot"] is True, name
         assert pod["securityContext"]["runAsUser"] != 0, name
@@ -241,7 +242,8 @@ def test_k8s_selectors_match_their_pods() -> None:
     pods = {
         d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
         for d in _all_docs()
-        if d["kind"] in ("Deployment", "StatefulSet")
+        # relay-redis-ha replaces relay-redis (deploy/k8s/sentinel): never both at once
+        if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"] != "relay-redis-ha"
     }
 
     def selects(selector: dict[str, str]) -> set[str]:

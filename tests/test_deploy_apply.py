@@ -26,8 +26,9 @@ def _kinds_names(docs: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def _render_kustomization(folder: Path, docs: list[dict[str, Any]] | None = None) -> list[dict]:
     """A small offline kustomize: ``resources`` (files, or folders with their own
     kustomization), ``components`` (their resources and patches act on what the parent
-    has so far) and ``$patch: delete`` patches. Anything else it does not understand
-    fails, so it never renders something kubectl would not."""
+    has so far), ``$patch: delete`` patches and patches adding to a ConfigMap's data.
+    Anything else it does not understand fails, so it never renders something kubectl
+    would not."""
     k = yaml.safe_load((folder / "kustomization.yaml").read_text())
     known = {"apiVersion", "kind", "resources", "components", "patches", "images"}
     assert set(k) <= known, f"{folder}: resolver does not handle {set(k) - known}"
@@ -39,8 +40,13 @@ def _render_kustomization(folder: Path, docs: list[dict[str, Any]] | None = None
         docs = _render_kustomization((folder / entry).resolve(), docs)
     for patch in k.get("patches", []):
         doc = yaml.safe_load(patch["patch"])
-        assert doc.pop("$patch") == "delete", "resolver handles delete patches only"
         key = (doc["kind"], doc["metadata"]["name"])
+        if doc.get("$patch") != "delete":  # the one merge it knows: a ConfigMap's data
+            assert set(doc) == {"apiVersion", "kind", "metadata", "data"}, doc
+            assert doc["kind"] == "ConfigMap", "resolver merges ConfigMap data only"
+            (target,) = [d for d in docs if (d["kind"], d["metadata"]["name"]) == key]
+            target["data"] = {**target["data"], **doc["data"]}
+            continue
         before = len(docs)
         docs = [d for d in docs if (d["kind"], d["metadata"]["name"]) != key]
         assert len(docs) == before - 1, f"patch deletes nothing: {key}"

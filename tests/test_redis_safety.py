@@ -22,6 +22,7 @@ import pytest
 
 from relay.domain.redisfacts import RedisFacts, judge
 from relay.redisproc import RedisServer, free_port
+from relay.runner import RedisRefused, check_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 RELAY = [sys.executable, "-m", "relay"]
@@ -185,3 +186,26 @@ async def test_server_facts_on_a_cluster(cluster_store: Any) -> None:
     facts = await store.server_facts()
     assert facts.role == "master" and facts.maxmemory_policy == "noeviction"
     assert facts.persistence in {"aof", "none", "rdb", "aof+rdb"}
+
+
+async def test_every_cluster_primary_is_checked(cluster_store: Any) -> None:
+    """One primary of three set to ``allkeys-lru`` (not the client's default node): the
+    start is refused and the line names that node. Seen failing when only the default
+    node was asked (the start went ahead)."""
+    store = await cluster_store()
+    default = store.redis.get_default_node()
+    other = next(n for n in store.redis.get_primaries() if n.name != default.name)
+    assert len(await store.server_facts_by_node()) == 3
+    await store.redis.execute_command(
+        "CONFIG SET", "maxmemory-policy", "allkeys-lru", target_nodes=other
+    )
+    try:
+        with pytest.raises(RedisRefused) as refused:
+            await check_redis(store)
+        assert f"node {other.host}:{other.port}" in str(refused.value)
+        assert "allkeys-lru" in str(refused.value)
+    finally:
+        await store.redis.execute_command(
+            "CONFIG SET", "maxmemory-policy", "noeviction", target_nodes=other
+        )
+    await check_redis(store)  # all three noeviction again: starts

@@ -274,3 +274,29 @@ def test_settings() -> None:
     ):
         with pytest.raises(SettingsError):
             Settings.from_env(env)
+
+
+async def test_resuming_held_deliveries_is_confirmed_too(pair: Pair, acked: Any) -> None:
+    """Re-enabling an endpoint resumes its held deliveries (``resume.lua``): a client's
+    write, confirmed like the endpoint write before it, so a failover right after the
+    answer cannot leave them parked behind an enabled endpoint. One WAIT for the
+    endpoint, one per shard for the resume; seen failing with the resume unconfirmed
+    (``assert 1 == 2``)."""
+    store, api = acked
+    ep = await call(api, "POST", "/v1/endpoints", json={"url": "http://127.0.0.1:9/h"})
+    assert ep.status == 201
+    eid = ep.data["id"]
+    published = await call(api, "POST", "/v1/events", json={"type": "t", "payload": 1})
+    assert published.status == 201
+    dlv = published.data["deliveries"][0]["id"]
+    disabled = await call(api, "PATCH", f"/v1/endpoints/{eid}", json={"enabled": False})
+    assert disabled.status == 200
+    # the worker finds the endpoint disabled and parks the delivery (it sends nothing)
+    await asyncio.wait_for(Worker(store, store.settings).run(asyncio.Event(), burst=True), 10)
+    assert (await store.get_delivery(dlv) or {})["status"] == "held"
+
+    pair.p.config_resetstat()
+    enabled = await call(api, "PATCH", f"/v1/endpoints/{eid}", json={"enabled": True})
+    assert enabled.status == 200
+    assert (await store.get_delivery(dlv) or {})["status"] == "pending"
+    assert pair.wait_calls() == 1 + store.settings.shards

@@ -162,9 +162,10 @@ class Health:
         """Forget the failure streak (an operator re-enabled the endpoint)."""
         await self.store.reset_failing(endpoint_id)
 
-    async def resume(self, endpoint_id: str) -> int:
-        """Move an endpoint's held deliveries back to due, on every shard."""
-        return await self.store.resume(endpoint_id)
+    async def resume(self, endpoint_id: str, *, confirm: bool = False) -> int:
+        """Move an endpoint's held deliveries back to due, on every shard (``confirm``:
+        a client's write, waited for by ``RELAY_ACK_REPLICAS`` replicas)."""
+        return await self.store.resume(endpoint_id, confirm=confirm)
 
 
 _WAITING_STATUSES = ("pending", "held")

@@ -83,7 +83,7 @@ class Lifecycle:
     async def reenabled(self, endpoint_id: str) -> None:
         """After ``enabled`` went false -> true: a fresh failure streak, held ones resume."""
         await self.health.reset_failing(endpoint_id)
-        await self.health.resume(endpoint_id)
+        await self.health.resume(endpoint_id, confirm=True)
 
     async def rotate_secret(self, endpoint_id: str) -> dict[str, Any] | None:
         """A new secret; the old one keeps signing for ``ROTATION_GRACE_MS`` (the
@@ -110,7 +110,7 @@ class Lifecycle:
     async def delete(self, endpoint: dict[str, Any]) -> None:
         await self.store.delete_endpoint(endpoint)
         # Held deliveries come back and, their endpoint gone, are recorded dead.
-        await self.health.resume(endpoint["id"])
+        await self.health.resume(endpoint["id"], confirm=True)
         await self.store.delete_endpoint_state(endpoint["id"])
 
     async def disable(self, endpoint_id: str, failing_since: int) -> bool:

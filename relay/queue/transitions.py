@@ -144,15 +144,19 @@ class Transitions(StoreBase):
         args = [len(claims), *(t for _, t in claims), *(i for i, _ in claims)]
         return int(await self.scripts.hold(keys=keys, args=args))
 
-    async def resume(self, endpoint_id: str) -> int:
+    async def resume(self, endpoint_id: str, *, confirm: bool = False) -> int:
         """An endpoint's held deliveries back to pending, due now, on every shard
-        (``resume.lua``, one call per shard); returns how many."""
+        (``resume.lua``, one call per shard); returns how many. ``confirm``: a client's
+        write (re-enable, delete), confirmed by ``RELAY_ACK_REPLICAS`` replicas like the
+        endpoint write before it, so a failover cannot leave them parked."""
         total = 0
+        ack = self._ack if confirm else (0, 0.0)
         for sk in self.keys.all_shards():
             total += int(
                 await self.scripts.resume(
                     keys=[sk.held(endpoint_id), sk.due, sk.held_index],
                     args=[sk.delivery_prefix, sk.wake],
+                    ack=ack,
                 )
             )
         return total

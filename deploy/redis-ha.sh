@@ -1,0 +1,84 @@
+#!/bin/sh
+# Start one node of relay's replicated Redis (1 primary, replicas, Sentinels), as used
+# by deploy/docker-compose.sentinel.yml and deploy/k8s/sentinel/ (which embeds a verbatim
+# copy of this file; tests/test_deploy_ha.py checks the copy and runs this script against
+# real redis-server processes, failover included).
+#
+#   redis-ha.sh redis [redis-server options]      a Redis node: the primary Sentinel
+#                                                 names, else a replica of it
+#   redis-ha.sh sentinel [redis-server options]   a Sentinel watching that primary
+#
+# Every start asks the Sentinels first who the primary is NOW, so a node that comes back
+# after a failover rejoins as a replica of the new primary (never as a second primary).
+# Only when no Sentinel answers (the very first start) is FIRST_PRIMARY the primary.
+#
+# Environment (defaults in brackets):
+#   SELF_HOST      the name other nodes and relay reach this node by (required)
+#   FIRST_PRIMARY  host of the primary on the very first start (required)
+#   FIRST_PRIMARY_PORT [REDIS_PORT]
+#   SENTINELS      "host:port host:port ..." of every Sentinel (required)
+#   REDIS_PORT [6379]  SENTINEL_PORT [26379]  MASTER_NAME [relay]  QUORUM [2]
+#   DOWN_AFTER_MS [5000]  FAILOVER_TIMEOUT_MS [60000]
+#   REDIS_CONF [/usr/local/etc/redis/redis.conf]  SENTINEL_DIR [/data/sentinel]
+set -eu
+
+REDIS_PORT="${REDIS_PORT:-6379}"
+SENTINEL_PORT="${SENTINEL_PORT:-26379}"
+MASTER_NAME="${MASTER_NAME:-relay}"
+REDIS_CONF="${REDIS_CONF:-/usr/local/etc/redis/redis.conf}"
+
+# "host port" of the primary as a Sentinel names it, or FIRST_PRIMARY's.
+primary() {
+  for s in $SENTINELS; do
+    reply=$(redis-cli -h "${s%:*}" -p "${s##*:}" --raw SENTINEL get-master-addr-by-name \
+      "$MASTER_NAME" 2>/dev/null) || continue
+    host=$(echo "$reply" | sed -n 1p)
+    port=$(echo "$reply" | sed -n 2p)
+    case "$port" in
+      '' | *[!0-9]*) continue ;;
+    esac
+    echo "$host $port"
+    return
+  done
+  echo "$FIRST_PRIMARY ${FIRST_PRIMARY_PORT:-$REDIS_PORT}"
+}
+
+mode="${1:-}"
+[ $# -gt 0 ] && shift
+read -r p_host p_port <<EOF
+$(primary)
+EOF
+
+case "$mode" in
+  redis)
+    if [ "$p_host" = "$SELF_HOST" ] && [ "$p_port" = "$REDIS_PORT" ]; then
+      exec redis-server "$REDIS_CONF" --port "$REDIS_PORT" \
+        --replica-announce-ip "$SELF_HOST" "$@"
+    fi
+    exec redis-server "$REDIS_CONF" --port "$REDIS_PORT" --replicaof "$p_host" "$p_port" \
+      --replica-announce-ip "$SELF_HOST" "$@"
+    ;;
+  sentinel)
+    dir="${SENTINEL_DIR:-/data/sentinel}"
+    mkdir -p "$dir"
+    # Sentinel rewrites its file as it learns; a fresh one each start, from what the
+    # other Sentinels say now, never a stale view of a past primary.
+    cat > "$dir/sentinel.conf" <<EOF
+port $SENTINEL_PORT
+dir $dir
+sentinel resolve-hostnames yes
+sentinel announce-hostnames yes
+sentinel announce-ip $SELF_HOST
+sentinel announce-port $SENTINEL_PORT
+sentinel monitor $MASTER_NAME $p_host $p_port ${QUORUM:-2}
+sentinel down-after-milliseconds $MASTER_NAME ${DOWN_AFTER_MS:-5000}
+sentinel failover-timeout $MASTER_NAME ${FAILOVER_TIMEOUT_MS:-60000}
+sentinel parallel-syncs $MASTER_NAME 1
+EOF
+    exec redis-server "$dir/sentinel.conf" --sentinel "$@"
+    ;;
+  *)
+    echo "usage: redis-ha.sh redis|sentinel" >&2
+    exit 2
+    ;;
+esac
