@@ -139,7 +139,6 @@ class FailoverRound(Round):
         replicas = [
             aioredis.Redis(port=n.port) for n in self.topo.nodes if n.port not in (None, port)
         ]
-        self._cut_from = len(self.st.acked)
         for r in replicas:  # a user the primary does not know: every resync is refused
             await r.config_set("masteruser", "relay-crash-cut")
             await r.config_set("masterauth", "relay-crash-cut")
@@ -148,6 +147,10 @@ class FailoverRound(Round):
             await primary.execute_command("CLIENT", "KILL", "TYPE", "replica")
         finally:
             await primary.aclose()
+        # answers from here on: a write confirmed before the cut may still be answered
+        # (with RELAY_ACK_REPLICAS=1 it was on a replica); every other one is on the
+        # primary alone
+        self._cut_from = len(self.st.acked)
         for w in self.workers():
             if w.popen.poll() is None:
                 os.kill(w.popen.pid, signal.SIGSTOP)

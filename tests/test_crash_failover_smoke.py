@@ -50,5 +50,4 @@ def test_failover_loses_nothing_with_acks_and_shows_the_loss_without(tmp_path: P
     assert unacked["acked_in_cut"] > 0
     assert unacked["lost"] > 0, "the window without replica acks lost nothing: no proof"
     assert unacked["lost"] == unacked["missing_in_redis"]
-    assert unacked["lost"] <= unacked["acked_in_cut"]
     assert done.returncode == 0, done.stdout + done.stderr
