@@ -11,6 +11,7 @@ replayed but not saved replayed a second time (``replays`` 2).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -442,3 +443,58 @@ async def test_replay_job_on_the_cluster(cluster_store: Any) -> None:
     final = await replays.get(job["id"]) or {}
     assert (final["matched"], final["replayed"], final["skipped"]) == (1200, 1200, 0)
     assert set(await field(store, made, "status")) == {"pending"}
+
+
+# ---------------------------------------------------------------------- the CLI
+
+
+async def test_cli_dry_run_job_with_progress_and_cancel(make_store: Any) -> None:
+    from click.testing import CliRunner
+
+    from relay.cli import main
+
+    store = await make_store()
+    env = {
+        "RELAY_REDIS_URL": store.settings.redis_url,
+        "RELAY_KEY_PREFIX": store.settings.key_prefix,
+        "RELAY_SHARDS": "1",
+    }
+
+    async def cli(*args: str) -> Any:
+        runner = CliRunner()
+        return await asyncio.to_thread(runner.invoke, main, list(args), env=env)
+
+    ep = await endpoint(store)
+    base = int(time.time() * 1000) - DAY
+    made = await seed(store, [ep], 20, created=base)
+    since, until = signing.rfc3339_ms(base), signing.rfc3339_ms(base + 1000)
+    got = await cli("replay", "--since", since, "--until", until, "--dry-run", "--json")
+    assert got.exit_code == 0, got.output
+    assert orjson.loads(got.stdout) == {"dry_run": True, "matched": 20}
+    got = await cli("replay", "--since", since, "--until", until, "--status", "pending")
+    assert got.exit_code == 2 and "status" in got.output
+    got = await cli("replay", "--since", since, "--until", until, "--endpoint", "ep_nope")
+    assert got.exit_code == 1 and "does not exist" in got.output
+    got = await cli("replay", "--until", until)
+    assert got.exit_code == 2
+
+    stop = asyncio.Event()
+    runner = asyncio.create_task(ReplayRunner(store, poll=0.05).run(stop))
+    try:
+        got = await cli("replay", "--since", since, "--until", until, "--endpoint", ep)
+    finally:
+        stop.set()
+        await runner
+    assert got.exit_code == 0, got.output
+    assert re.search(r"^state\s+done$", got.stdout, re.M), got.stdout
+    assert re.search(r"^replayed\s+20$", got.stdout, re.M), got.stdout
+    assert "matched 20, replayed 20" in got.stderr  # the progress line
+    assert set(await field(store, made, "status")) == {"pending"}
+
+    got = await cli("replay", "--since", since, "--until", until, "--no-wait", "--json")
+    job = orjson.loads(got.stdout)
+    assert job["state"] == "running"
+    got = await cli("replay", "--cancel", job["id"], "--json")
+    assert got.exit_code == 0 and orjson.loads(got.stdout)["state"] == "cancelled"
+    got = await cli("replay", "--cancel", job["id"])
+    assert got.exit_code == 1 and "not running" in got.output
