@@ -107,3 +107,24 @@ async def test_filter_end_to_end(env: tuple[Store, Any]) -> None:
     assert status == 200 and patched["filter"] is None
     status, ev = await call(api, "POST", "/v1/events", json={"type": "o", "payload": {"x": 1}})
     assert len(ev["deliveries"]) == 2 and "filtered" not in ev
+
+
+async def test_cli_endpoints_shows_the_filter(make_store: Any) -> None:
+    import asyncio
+
+    from click.testing import CliRunner
+
+    from relay.cli import main
+    from relay.domain.schema import endpoint_record
+
+    store = await make_store()
+    await store.put_endpoint(
+        endpoint_record(url="http://127.0.0.1:9/x", filter='payload.country == "NL"')
+    )
+    env = {
+        "RELAY_REDIS_URL": store.settings.redis_url,
+        "RELAY_KEY_PREFIX": store.settings.key_prefix,
+    }
+    got = await asyncio.to_thread(CliRunner().invoke, main, ["endpoints"], env=env)
+    assert got.exit_code == 0, got.output
+    assert 'payload.country == "NL"' in got.stdout and "filter" in got.stdout.splitlines()[0]
