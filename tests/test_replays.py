@@ -139,7 +139,7 @@ async def test_api_dry_run_start_read_list_cancel(make_store: Any, make_api: Any
             return r.status, await r.json()
 
     assert await post({**window, "dry_run": True}) == (200, {"dry_run": True, "matched": 35})
-    status, counted = await post({**window, "dry_run": True, "event_type": "order.*"})
+    status, counted = await post({**window, "dry_run": True, "type": "order.*"})
     assert counted["matched"] == 30
     status, counted = await post({**window, "dry_run": True, "status": ["dead", "succeeded"]})
     assert counted["matched"] == 45

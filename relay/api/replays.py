@@ -23,7 +23,7 @@ class ReplayJobOut(BaseModel):
     since: str
     until: str
     endpoint_id: str | None
-    event_type: str | None
+    type: str | None = Field(description="event type pattern")
     status: list[str]
     matched: int = Field(description="deliveries of the range that matched, walked so far")
     replayed: int = Field(description="put back to pending by this job")

@@ -37,7 +37,7 @@ def job_spec(
             since=signing.rfc3339_ms(since),
             until=signing.rfc3339_ms(until),
             endpoint_id=endpoint_id,
-            event_type=event_type,
+            type=event_type,
             status=[s.strip() for s in statuses.split(",") if s.strip()],  # type: ignore[misc]
             dry_run=dry_run,
         )
@@ -97,6 +97,6 @@ def _table(job: dict[str, Any]) -> None:
     if job.get("dry_run"):
         click.echo(f"{job['matched']} deliveries would be replayed (dry run: nothing changed)")
         return
-    keys = ["id", "state", "since", "until", "endpoint_id", "event_type", "status"]
+    keys = ["id", "state", "since", "until", "endpoint_id", "type", "status"]
     keys += ["matched", "replayed", "skipped", "waiting", "outstanding", "finished_at"]
     print_rows([[k, job.get(k)] for k in keys if job.get(k) not in (None, "")], ["field", "value"])

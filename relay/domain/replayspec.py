@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from relay.domain import matching, signing
 from relay.domain.schema import StrictBody
@@ -34,8 +34,13 @@ class ReplayIn(StrictBody):
     since: Annotated[str, Field(description="RFC 3339: deliveries created at or after")]
     until: Annotated[str, Field(description="RFC 3339: deliveries created at or before")]
     endpoint_id: Annotated[str | None, Field(max_length=64)] = None
-    event_type: Annotated[
-        str | None, Field(max_length=256, description="exact, order.* or *, as subscriptions")
+    type: Annotated[
+        str | None,
+        Field(
+            max_length=256,
+            validation_alias=AliasChoices("type", "event_type"),
+            description="event type: exact, order.* or *, as subscriptions (also event_type)",
+        ),
     ] = None
     status: Annotated[list[ReplayStatus], Field(min_length=1, max_length=2)] = ["dead"]
     dry_run: bool = Field(default=False, description="only count; change nothing")
@@ -46,7 +51,7 @@ class ReplayIn(StrictBody):
         parse_time(v)
         return v
 
-    @field_validator("event_type")
+    @field_validator("type")
     @classmethod
     def _type(cls, v: str | None) -> str | None:
         return None if v is None else matching.validate_pattern(v)
@@ -66,7 +71,7 @@ class ReplayIn(StrictBody):
             "since": parse_time(self.since),
             "until": parse_time(self.until),
             "endpoint_id": self.endpoint_id,
-            "event_type": self.event_type,
+            "event_type": self.type,
             "status": sorted(set(self.status)),
         }
 
@@ -95,7 +100,7 @@ def job_view(raw: dict[str, str]) -> dict[str, Any]:
         "since": signing.rfc3339_ms(params.get("since", 0)),
         "until": signing.rfc3339_ms(params.get("until", 0)),
         "endpoint_id": params.get("endpoint_id"),
-        "event_type": params.get("event_type"),
+        "type": params.get("event_type"),
         "status": params.get("status", []),
         "matched": num("matched"),
         "replayed": num("replayed"),

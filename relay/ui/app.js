@@ -403,7 +403,7 @@
       status: $("r-status").value.split(","), dry_run: dryRun,
     };
     if ($("r-endpoint").value) body.endpoint_id = $("r-endpoint").value;
-    if ($("r-type").value.trim()) body.event_type = $("r-type").value.trim();
+    if ($("r-type").value.trim()) body.type = $("r-type").value.trim();
     return body;
   }
 
@@ -441,7 +441,7 @@
     const rows = res.data.map((j) => el("tr", { dataset: { id: j.id } },
       el("td", { class: "mono" }, j.id),
       el("td", { title: j.error || "" }, badge(j.state, j.state)),
-      el("td", { class: "small" }, `${j.since} … ${j.until}`, j.event_type ? ` · ${j.event_type}` : "", j.endpoint_id ? ` · ${endpointLabel(j.endpoint_id)}` : ""),
+      el("td", { class: "small" }, `${j.since} … ${j.until}`, j.type ? ` · ${j.type}` : "", j.endpoint_id ? ` · ${endpointLabel(j.endpoint_id)}` : ""),
       el("td", { class: "num" }, num(j.matched)), el("td", { class: "num" }, num(j.replayed)),
       el("td", { class: "num" }, num(j.skipped)), el("td", { class: "num" }, num(j.waiting)),
       el("td", {}, j.state === "running"
