@@ -498,3 +498,34 @@ async def test_cli_dry_run_job_with_progress_and_cancel(make_store: Any) -> None
     assert got.exit_code == 0 and orjson.loads(got.stdout)["state"] == "cancelled"
     got = await cli("replay", "--cancel", job["id"])
     assert got.exit_code == 1 and "not running" in got.output
+
+
+async def test_a_stopping_worker_hands_its_job_over_at_once(make_store: Any) -> None:
+    """A worker that stops (SIGTERM) saves its job and lets the lease go: the next worker
+    goes on at once, not after RELAY_REPLAY_LEASE (60 s here, past the 10 s wait)."""
+    store = await make_store(replay_outstanding=3, replay_lease=60.0)
+    ep = await endpoint(store)
+    base = int(time.time() * 1000) - DAY
+    made = await seed(store, [ep], 10, created=base)
+    replays = Replays(store)
+    job_id = (await replays.start(spec(base, base + 1000)))["id"]
+    stop_a = asyncio.Event()
+    a = asyncio.create_task(ReplayRunner(store, poll=0.05, owner="a").run(stop_a))
+    await until_true(lambda: _replayed(replays, job_id, 3), within=10)
+    stop_a.set()
+    await a
+    # the three finish (as a worker would record them): room for three more, for B
+    for d in made:
+        sk = store.shard_keys_for(d)
+        assert sk is not None
+        if await store.redis.hget(sk.delivery(d), "status") == "pending":
+            await store.redis.hset(sk.delivery(d), "status", "succeeded")
+    stop_b = asyncio.Event()
+    b = asyncio.create_task(ReplayRunner(store, poll=0.05, owner="b").run(stop_b))
+    try:
+        await until_true(lambda: _replayed(replays, job_id, 6), within=10)
+    finally:
+        stop_b.set()
+        await b
+    view = await replays.get(job_id) or {}
+    assert view["takeovers"] == 1 and view["state"] == "running"

@@ -31,6 +31,7 @@ filling the due queue with thousands of one endpoint's deliveries at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import socket
@@ -212,6 +213,18 @@ class ReplayRunner:
                 if not moved:
                     await asyncio.sleep(0.05)
         except asyncio.CancelledError:
+            # This worker stops: save what it did and let the lease go at once, so another
+            # worker goes on without waiting for it to run out. (Killed, it just runs out.)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    self.store.replay_job(
+                        "save",
+                        replay_id,
+                        owner=self.owner,
+                        lease_ms=0,
+                        fields=job.fields("running"),
+                    )
+                )
             raise
         except Exception as exc:
             log.warning("replay.step_failed", replay_id=replay_id, error=str(exc)[:200])
