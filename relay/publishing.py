@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from relay.domain import ids, matching, signing
+from relay.domain import filters, ids, matching, signing
 from relay.domain.schema import EventIn
 from relay.queue.store import Store
 
@@ -90,10 +90,17 @@ class Publisher:
     """Publishes events into one store. ``endpoints_for_app`` defaults to a Redis read;
     the API passes its endpoint cache."""
 
-    def __init__(self, store: Store, endpoints_for_app: EndpointSource | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        endpoints_for_app: EndpointSource | None = None,
+        programs: filters.ProgramCache | None = None,
+    ) -> None:
         self.store = store
         self.settings = store.settings
         self._endpoints_for_app = endpoints_for_app or store.list_endpoints
+        # compiled payload filters (the API passes its endpoint cache's)
+        self.programs = programs if programs is not None else filters.ProgramCache()
 
     async def publish(self, event: EventIn, *, idempotency_key: str | None = None) -> Published:
         """Store ``event`` with one delivery per target endpoint; raises a
@@ -103,6 +110,10 @@ class Publisher:
         if len(payload_json) > limit:
             raise PayloadTooLarge(f"payload is {len(payload_json)} bytes; the limit is {limit}")
         targets = select_targets(await self._endpoints_for_app(event.app), event)
+        targets, filtered = filters.narrow(
+            targets, event.payload, event.type, event.app, self.programs
+        )
+        filtered = filtered[: filters.MAX_RECORDED]
 
         shard = shard_for(event.app, idempotency_key, self.settings.shards)
         now_ms = int(time.time() * 1000)
@@ -115,6 +126,8 @@ class Publisher:
             "created_at": signing.rfc3339_ms(now_ms),
             "deliveries": [{"id": d, "endpoint_id": e} for d, e in deliveries],
         }
+        if filtered:
+            answer["filtered"] = filtered
         guard, mark = None, ""
         if idempotency_key is not None:
             mark = fingerprint(event)
@@ -128,6 +141,7 @@ class Publisher:
             created_ms=now_ms,
             deliveries=deliveries,
             idempotency=guard,
+            filtered=filtered,
         )
         if taken is None:
             return Published(answer, created=True)

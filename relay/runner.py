@@ -20,6 +20,7 @@ from relay.delivery.attempt import BeforeSend
 from relay.delivery.worker import Worker
 from relay.domain import redisfacts
 from relay.ops import metrics
+from relay.ops.replays import ReplayRunner
 from relay.ops.retention import Retention
 from relay.queue.base import answers
 from relay.queue.errors import NOT_UP
@@ -94,8 +95,8 @@ async def run_worker(
     store: Store, stop: asyncio.Event, worker: Worker | None = None, *, burst: bool = False
 ) -> None:
     """What a worker process runs: the worker and, beside it, the retention sweeper
-    (every ``RELAY_SWEEP_INTERVAL``) and, when ``RELAY_METRICS_PORT`` is set, a /metrics
-    exporter, which stops with the worker."""
+    (every ``RELAY_SWEEP_INTERVAL``), the replay jobs it leases (``ReplayRunner``) and,
+    when ``RELAY_METRICS_PORT`` is set, a /metrics exporter, which stop with the worker."""
     if worker is None:
         hook = crash_hook(store.settings.test_crash_marker)
         worker = Worker(store, store.settings, before_send=hook)
@@ -104,11 +105,14 @@ async def run_worker(
     if settings.metrics_port:
         exporter = await metrics.serve(store, settings.host, settings.metrics_port)
     sweeper = asyncio.create_task(Retention(store).run(), name="relay-sweeper")
+    replays_stop = asyncio.Event()  # reconciliation replay jobs (relay/ops/replays.py)
+    replays = asyncio.create_task(ReplayRunner(store).run(replays_stop), name="relay-replays")
     try:
         await worker.run(stop, burst=burst)
     finally:
+        replays_stop.set()
         sweeper.cancel()
-        await asyncio.gather(sweeper, return_exceptions=True)
+        await asyncio.gather(sweeper, replays, return_exceptions=True)
         if exporter is not None:
             await exporter.cleanup()
 

@@ -93,6 +93,9 @@ class Settings:
     breaker_cooldown_max: float = 3600.0
     disable_after: float = 5 * 86400.0
     slow_send_after: float = 1.0
+    # Reconciliation replay jobs (relay/ops/replays.py), advanced by the workers
+    replay_outstanding: int = 100  # a job's replayed, unfinished deliveries per endpoint
+    replay_lease: float = 15.0  # a worker's lease on a job; another takes over after it
     # The Postgres outbox connector (`relay outbox`, relay/connectors/)
     outbox_dsn: str = ""
     outbox_table: str = "relay_outbox"
@@ -238,6 +241,8 @@ class Settings:
         convert("BREAKER_COOLDOWN_MAX", "breaker_cooldown_max", _positive_duration)
         convert("DISABLE_AFTER", "disable_after", _positive_duration)
         convert("SLOW_SEND_AFTER", "slow_send_after", _positive_duration)
+        convert("REPLAY_OUTSTANDING", "replay_outstanding", _positive_int)
+        convert("REPLAY_LEASE", "replay_lease", _positive_duration)
         convert("LOG_FORMAT", "log_format", _log_format)
         convert("LOG_LEVEL", "log_level", str.lower)
         convert("WORKER_ID", "worker_id", str)

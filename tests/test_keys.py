@@ -356,6 +356,23 @@ async def lifecycle(store: Store) -> None:
     back, dead, _ = await store.reclaim(sk)
     assert back + dead == 4
     assert await store.replay([a.id, b.id, c.id]) == {a.id: "ok", b.id: "ok", c.id: "pending"}
+    # reconciliation replay jobs (issue 16): the job record and the index walk
+    assert (await store.replay_job("create", "rpl_k", fields={"params": "{}"})).ok
+    assert (await store.replay_job("lease", "rpl_k", owner="o", lease_ms=5000)).ok
+    saved = await store.replay_job("save", "rpl_k", owner="o", lease_ms=5000, fields={"m": 1})
+    assert saved.ok
+    assert (await store.replay_job("cancel", "rpl_k")).ok
+    assert (await store.get_replay_job("rpl_k") or {})["state"] == "cancelled"
+    await store.list_replay_jobs()
+    await store.running_replay_jobs()
+    rows, _ = await store.replay_scan(
+        sk, endpoint_id=None, since=0, until=10**15, cursor=None, limit=3
+    )
+    for cursor in ((rows[-1].created, rows[-1].id), (rows[0].created, "dlv_0")):  # 2nd: gone
+        await store.replay_scan(
+            sk, endpoint_id=shop["id"], since=0, until=10**15, cursor=cursor, limit=3
+        )
+    assert (await store.delivery_statuses([a.id]))[a.id] == "pending"
     # finished ones again, for retention to take
     done = (await store.claim(sk, limit=10, lease_ms=60_000, token_prefix="k3", worker="w")).items
     await store.record(

@@ -236,6 +236,26 @@ async def test_every_documented_answer_matches(
     await check("GET", "/v1/ui/endpoint-health", 200)
     await check("GET", "/v1/ui/endpoint-health", 401, session=anon)
 
+    # -- replay jobs (issue 16)
+    window = {"since": "2026-01-01T00:00:00Z", "until": "2026-12-31T00:00:00Z"}
+    await check("POST", "/v1/replays", 200, json={**window, "dry_run": True})
+    job = await check("POST", "/v1/replays", 202, json=window)
+    await check("POST", "/v1/replays", 422, json={**window, "status": ["pending"]})
+    await check("POST", "/v1/replays", 400, data=b"{", headers=json_type())
+    await check("POST", "/v1/replays", 413, data=big, headers=json_type())
+    await check("POST", "/v1/replays", 401, json=window, session=anon)
+    await check("GET", "/v1/replays", 200)
+    await check("GET", "/v1/replays", 401, session=anon)
+    rpl = "/v1/replays/{id}"
+    await check("GET", rpl, 200, path=f"/v1/replays/{job['id']}")
+    await check("GET", rpl, 404, path="/v1/replays/rpl_nope")
+    await check("GET", rpl, 401, path=f"/v1/replays/{job['id']}", session=anon)
+    cancel = "/v1/replays/{id}/cancel"
+    await check("POST", cancel, 200, path=f"/v1/replays/{job['id']}/cancel")
+    await check("POST", cancel, 409, path=f"/v1/replays/{job['id']}/cancel")
+    await check("POST", cancel, 404, path="/v1/replays/rpl_nope/cancel")
+    await check("POST", cancel, 401, path=f"/v1/replays/{job['id']}/cancel", session=anon)
+
     # -- operations
     await check("GET", "/v1/stats", 200)
     await check("GET", "/v1/stats", 401, session=anon)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from relay.api import deliveries, endpoints, events, ops, rawerrors, ui  # noqa: F401
+from relay.api import deliveries, endpoints, events, ops, rawerrors, replays, ui  # noqa: F401
 from relay.api.common import (
     ENDPOINT_CACHE,
     PUBLISHER,
@@ -39,7 +39,8 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
         app[STORE] = store or Store(connect(settings), settings)
         await app[STORE].start()
         app[ENDPOINT_CACHE] = EndpointCache(app[STORE])
-        app[PUBLISHER] = Publisher(app[STORE], app[ENDPOINT_CACHE].endpoints_for_app)
+        cache = app[ENDPOINT_CACHE]
+        app[PUBLISHER] = Publisher(app[STORE], cache.endpoints_for_app, cache.programs)
         listener = asyncio.create_task(app[ENDPOINT_CACHE].run(), name="relay-endpoint-cache")
         yield
         listener.cancel()

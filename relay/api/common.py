@@ -75,7 +75,9 @@ def validate(model: type[M], data: Any) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         text, details = _describe(exc)
-        raise ApiError(422, "validation_error", text, details=details) from None
+        bad_filter = any(e["type"] == "filter_invalid" for e in exc.errors())
+        code = "filter_invalid" if bad_filter else "validation_error"
+        raise ApiError(422, code, text, details=details) from None
 
 
 async def body(request: web.Request, model: type[M]) -> tuple[M, bytes]:

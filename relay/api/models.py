@@ -44,6 +44,7 @@ class EndpointOut(BaseModel):
     rate_limit: float | None
     max_in_flight: int | None
     enabled: bool
+    filter: str | None = Field(default=None, description="CEL payload filter (null: none)")
     created_at: int = Field(description="ms since the epoch")
     updated_at: int
     secret: str | None = Field(
@@ -78,12 +79,22 @@ class DeliveryRef(BaseModel):
     endpoint_id: str
 
 
+class FilteredOut(BaseModel):
+    endpoint_id: str
+    reason: str = Field(description="why the endpoint's filter could not be evaluated")
+
+
 class EventOut(BaseModel):
     id: str
     type: str
     app: str
     created_at: str = Field(description="RFC 3339")
     deliveries: list[DeliveryRef]
+    filtered: list[FilteredOut] = Field(
+        default=[],
+        description="endpoints left out because their filter erred on this event (at most "
+        "20; a filter that is false is not recorded)",
+    )
 
 
 class EventDetail(EventOut):

@@ -18,6 +18,7 @@ from relay.cli.output import (
     print_rows,
     with_store,
 )
+from relay.cli.replays import cancel_job, job_spec, run_job
 from relay.ops.retention import Retention
 from relay.queue.store import Store
 
@@ -148,25 +149,59 @@ async def _replay_all_dead(store: Store, endpoint_id: str | None, since: int | N
 @click.option(
     "--endpoint", "endpoint_id", metavar="ID", help="With --all-dead: only this endpoint's."
 )
-@click.option("--since", type=TIME, help="With --all-dead: only those that died at or after TIME.")
+@click.option(
+    "--since",
+    type=TIME,
+    help="With --all-dead: died at or after TIME. With --until: a replay job of the "
+    "deliveries created from TIME.",
+)
+@click.option("--until", type=TIME, help="A replay job: deliveries created up to TIME.")
+@click.option("--type", "event_type", metavar="PATTERN", help="Job: event type (order.*).")
+@click.option(
+    "--status", "statuses", default="dead", show_default=True, help="Job: dead,succeeded."
+)
+@click.option("--dry-run", is_flag=True, help="Job: only count what it would replay.")
+@click.option("--no-wait", is_flag=True, help="Job: start it and print its id, do not watch.")
+@click.option("--cancel", "cancel_id", metavar="RPL_ID", help="Cancel a running replay job.")
 @json_option
 def replay(
     delivery_ids: tuple[str, ...],
     all_dead: bool,
     endpoint_id: str | None,
     since: int | None,
+    until: int | None,
+    event_type: str | None,
+    statuses: str,
+    dry_run: bool,
+    no_wait: bool,
+    cancel_id: str | None,
     as_json: bool,
 ) -> None:
     """Put dead or succeeded deliveries back to pending, with a fresh attempt budget.
 
-    Give delivery IDs, or --all-dead. Exits 1 when any ID was not replayed (unknown, or
-    pending/delivering).
+    Give delivery IDs, or --all-dead, or a time range (--since and --until) for a
+    reconciliation replay job that the workers run, paced per endpoint. Exits 1 when
+    any ID was not replayed (unknown, or pending/delivering).
 
     \b
     Examples:
       relay replay dlv_01J... dlv_01J...
       relay replay --all-dead --endpoint ep_01J... --since 2h
+      relay replay --since 2026-12-01T10:00:00Z --until 2026-12-01T12:00:00Z --dry-run
+      relay replay --since 6h --until 1h --type 'order.*' --status dead,succeeded
+      relay replay --cancel rpl_01J...
     """
+    if cancel_id is not None:
+        cancel_job(cancel_id, as_json)
+        return
+    if until is not None:
+        if delivery_ids or all_dead or since is None:
+            raise click.UsageError("a replay job takes --since and --until (no IDs, no --all-dead)")
+        spec = job_spec(since, until, endpoint_id, event_type, statuses, dry_run)
+        run_job(spec, wait=not no_wait, as_json=as_json)
+        return
+    if event_type is not None or dry_run or no_wait or statuses != "dead":
+        raise click.UsageError("--type, --status, --dry-run and --no-wait go with --until")
     if all_dead:
         if delivery_ids:
             raise click.UsageError("give delivery IDs or --all-dead, not both")
@@ -179,7 +214,7 @@ def replay(
                 click.echo(f"{result['not_replayable']} were no longer dead (replayed meanwhile)")
         return
     if endpoint_id is not None or since is not None:
-        raise click.UsageError("--endpoint and --since go with --all-dead")
+        raise click.UsageError("--endpoint and --since go with --all-dead or --until")
     if not delivery_ids:
         raise click.UsageError("give one or more delivery IDs, or --all-dead")
     result = with_store(lambda s: s.replay(list(delivery_ids)))

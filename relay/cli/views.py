@@ -147,6 +147,7 @@ def endpoints(app: str | None, as_json: bool) -> None:
                     r["breaker"]["state"],
                     r.get("rate_limit") or "-",
                     r.get("max_in_flight") or "-",
+                    cut(r.get("filter") or "-", 40),
                 ]
                 for r in rs
             ],
@@ -159,6 +160,7 @@ def endpoints(app: str | None, as_json: bool) -> None:
                 "breaker",
                 "rate/s",
                 "max_in_flight",
+                "filter",
             ],
         ),
     )

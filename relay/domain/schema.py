@@ -11,9 +11,10 @@ import time
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from yarl import URL
 
-from relay.domain import ids, matching, signing
+from relay.domain import filters, ids, matching, signing
 
 APP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 TYPE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-/]{0,255}$"
@@ -100,6 +101,19 @@ def _check_types(types: list[str]) -> list[str]:
     return [matching.validate_pattern(t) for t in types]
 
 
+def _check_filter(text: str | None) -> str | None:
+    try:
+        return filters.check(text)
+    except filters.FilterInvalid as exc:  # its own code: 422 filter_invalid
+        raise PydanticCustomError("filter_invalid", "{reason}", {"reason": str(exc)}) from None
+
+
+FILTER_DESCRIPTION = (
+    "CEL expression over payload, event_type and app; only events for which it is true "
+    "are delivered (null: every event)"
+)
+
+
 def _check_secret(secret: str | None) -> str | None:
     if secret is not None and (
         not secret.startswith(signing.SECRET_PREFIX) or not signing.is_valid_secret(secret)
@@ -120,11 +134,13 @@ class EndpointIn(StrictBody):
     rate_limit: RateLimit = None
     max_in_flight: Annotated[int | None, Field(ge=1, le=10_000)] = None
     enabled: bool = True
+    filter: Annotated[str | None, Field(description=FILTER_DESCRIPTION)] = None
 
     _url = field_validator("url")(_check_url)
     _headers = field_validator("headers")(_check_headers)
     _types = field_validator("event_types")(_check_types)
     _secret = field_validator("secret")(_check_secret)
+    _filter = field_validator("filter")(_check_filter)
 
 
 _NOT_NULLABLE = frozenset({"url", "app", "event_types", "description", "headers", "enabled"})
@@ -167,6 +183,9 @@ class EndpointPatch(StrictBody):
     rate_limit: RateLimit = None
     max_in_flight: Annotated[int | None, Field(ge=1, le=10_000)] = None
     enabled: bool | None = None
+    filter: Annotated[str | None, Field(description=FILTER_DESCRIPTION)] = None
+
+    _filter = field_validator("filter")(_check_filter)
 
     @model_validator(mode="after")
     def _no_nulls(self) -> EndpointPatch:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from relay.domain.filters import ProgramCache
 from relay.queue.store import Store
 from relay.queue.subscription import keep_subscribed
 
@@ -30,6 +31,8 @@ class EndpointCache:
         self._generation = 0  # bumped on every invalidation
         self.hits = 0
         self.misses = 0
+        # payload filters compiled once per endpoint version (id, updated_at, text)
+        self.programs = ProgramCache()
 
     def invalidate(self) -> None:
         self._generation += 1

@@ -38,6 +38,9 @@ key                                        type    holds
 ``relay:v1:{cfg}:app:<app>``               set     endpoint ids of one app
 ``relay:v1:{cfg}:changed``                 pubsub  an endpoint was written (drop caches)
 ``relay:v1:{cfg}:ready``                   string  /readyz's probe: SET PX, then DEL
+``relay:v1:{rpl}:job:<replay_id>``         hash    a replay job: params, state, cursor, lease
+``relay:v1:{rpl}:jobs``                    zset    every replay job id, score = created (ms)
+``relay:v1:{rpl}:running``                 set     replay job ids a worker should advance
 ``relay:v1:{tag}:guard``                   none    never written: every script call declares it
 =========================================  ======  =============================================
 """
@@ -174,6 +177,19 @@ class Keys:
 
     def app(self, app: str) -> str:
         return f"{self.prefix}:v1:{{cfg}}:app:{app}"
+
+    # Reconciliation replay jobs (relay/ops/replays.py), under their own tag {rpl}.
+
+    def replay_job(self, replay_id: str) -> str:
+        return f"{self.prefix}:v1:{{rpl}}:job:{replay_id}"
+
+    @property
+    def replay_jobs(self) -> str:
+        return f"{self.prefix}:v1:{{rpl}}:jobs"
+
+    @property
+    def replays_running(self) -> str:
+        return f"{self.prefix}:v1:{{rpl}}:running"
 
     def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
         base = f"{self.prefix}:v1:{{{endpoint_id}}}:"

@@ -65,7 +65,7 @@ class Reads(StoreBase):
         if not raw:
             return None
         body = orjson.loads(raw["body"])
-        return {
+        event = {
             "id": raw["id"],
             "type": raw["type"],
             "app": raw["app"],
@@ -73,6 +73,9 @@ class Reads(StoreBase):
             "payload": body["data"],
             "deliveries": orjson.loads(raw["deliveries"]),
         }
+        if "filtered" in raw:  # endpoints whose filter erred on it (relay.domain.filters)
+            event["filtered"] = orjson.loads(raw["filtered"])
+        return event
 
     async def endpoint_known(self, endpoint_id: str) -> bool:
         """Whether the endpoint exists, or once did and still has deliveries indexed

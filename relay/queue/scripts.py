@@ -60,6 +60,8 @@ NAMES = (
     "hold",
     "resume",
     "expire",
+    "replay_scan",
+    "replay_job",
 )
 # Refusals that mean "this script did not run: the slot is moving or the cluster is
 # re-forming" (ClusterError covers redis-py's "TTL exhausted" after its own redirects

@@ -12,7 +12,8 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.endpoints`: endpoint records and their shared health state
   (admit, settle, breakers);
 * :mod:`relay.queue.dashboard`: the dashboard's per-minute series and endpoint health;
-* :mod:`relay.queue.facts`: the server's durability settings (``server_facts``).
+* :mod:`relay.queue.facts`: the server's durability settings (``server_facts``);
+* :mod:`relay.queue.replays`: reconciliation replay jobs (records, index walk).
 
 Services and entry points use the Store's methods, never its ``redis`` client.
 """
@@ -35,6 +36,7 @@ from relay.queue.records import (
     Settled,
     Swept,
 )
+from relay.queue.replays import JobWrite, ReplayJobs, Scanned
 from relay.queue.transitions import Transitions
 
 __all__ = [
@@ -42,7 +44,9 @@ __all__ = [
     "Admission",
     "ClaimResult",
     "Claimed",
+    "JobWrite",
     "Outcome",
+    "Scanned",
     "Settled",
     "Store",
     "StoreBase",
@@ -53,7 +57,7 @@ __all__ = [
 ]
 
 
-class Store(Transitions, Reads, EndpointRecords, Dashboard, ServerFacts):
+class Store(Transitions, Reads, EndpointRecords, Dashboard, ServerFacts, ReplayJobs):
     """relay's Redis data model, for one client and one settings object."""
 
     async def replay_dead(

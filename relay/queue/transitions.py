@@ -37,8 +37,11 @@ class Transitions(StoreBase):
         created_ms: int,
         deliveries: Sequence[tuple[str, str]],
         idempotency: tuple[str, bytes] | None = None,
+        filtered: Sequence[dict[str, str]] = (),
     ) -> str | None:
         """Store an event with its deliveries in one script (``publish.lua``).
+
+        ``filtered``: endpoints left out because their filter erred, kept on the event.
 
         ``idempotency`` is ``(key, value)``; when the key is already taken nothing is
         written and the stored value is returned instead of None.
@@ -67,6 +70,7 @@ class Transitions(StoreBase):
         for delivery_id, endpoint_id in deliveries:
             keys += [sk.delivery(delivery_id), sk.endpoint_index(endpoint_id)]
             args += [delivery_id, endpoint_id]
+        args.append(orjson.dumps(list(filtered)) if filtered else "")
         # Confirmed by RELAY_ACK_REPLICAS replicas (WAIT), on the hit path too: the script
         # then touches the key, so the WAIT covers the first answer's write as well.
         res = await self.scripts.publish(keys=keys, args=args, ack=self._ack)

@@ -393,6 +393,63 @@
     sel.value = state.endpoints.has(current) ? current : "";
   }
 
+  // ------------------------------------------------------------------ replay jobs
+
+  function replayBody(dryRun) {
+    const since = $("r-since").value, until = $("r-until").value;
+    if (!since || !until) return null;
+    const body = {
+      since: new Date(since).toISOString(), until: new Date(until).toISOString(),
+      status: $("r-status").value.split(","), dry_run: dryRun,
+    };
+    if ($("r-endpoint").value) body.endpoint_id = $("r-endpoint").value;
+    if ($("r-type").value.trim()) body.type = $("r-type").value.trim();
+    return body;
+  }
+
+  async function replayRange(dryRun) {
+    const body = replayBody(dryRun);
+    if (!body) return toast("Give both ends of the range", true);
+    try {
+      const res = await api("POST", "v1/replays", null, body);
+      $("replay-note").textContent = dryRun
+        ? `${num(res.matched)} deliver${res.matched === 1 ? "y matches" : "ies match"} now`
+        : `${res.id} started: the workers replay it, paced per endpoint`;
+    } catch (e) {
+      handleError(e);
+    }
+    await loadReplays();
+  }
+
+  async function cancelReplay(id) {
+    try {
+      await api("POST", `v1/replays/${encodeURIComponent(id)}/cancel`, null, {});
+      toast(`Replay ${id} cancelled`);
+    } catch (e) {
+      handleError(e);
+    }
+    await loadReplays();
+  }
+
+  async function loadReplays() {
+    if (state.view !== "endpoints") return;
+    const res = await api("GET", "v1/replays");
+    const sel = $("r-endpoint");
+    if (sel.options.length !== $("f-endpoint").options.length) {
+      sel.replaceChildren(...[...$("f-endpoint").options].map((o) => el("option", { value: o.value }, o.textContent)));
+    }
+    const rows = res.data.map((j) => el("tr", { dataset: { id: j.id } },
+      el("td", { class: "mono" }, j.id),
+      el("td", { title: j.error || "" }, badge(j.state, j.state)),
+      el("td", { class: "small" }, `${j.since} … ${j.until}`, j.type ? ` · ${j.type}` : "", j.endpoint_id ? ` · ${endpointLabel(j.endpoint_id)}` : ""),
+      el("td", { class: "num" }, num(j.matched)), el("td", { class: "num" }, num(j.replayed)),
+      el("td", { class: "num" }, num(j.skipped)), el("td", { class: "num" }, num(j.waiting)),
+      el("td", {}, j.state === "running"
+        ? el("button", { type: "button", class: "btn small ghost", onclick: () => cancelReplay(j.id) }, "Cancel")
+        : null)));
+    $("replays").tBodies[0].replaceChildren(...rows);
+  }
+
   function breakerCell(ep) {
     const b = ep.breaker;
     if (b === undefined || b === null) return el("span", { class: "muted" }, "—");
@@ -433,7 +490,8 @@
           el("div", { class: "sub-line" }, el("span", { class: "mono" }, ep.id), ep.description ? ` · ${ep.description}` : ""),
           ep.enabled ? null : el("div", { class: "sub-line", title: ep.disabled_reason || "" }, badge("disabled", "disabled"), h && h.held ? ` ${num(h.held)} held` : "")),
         el("td", {}, ep.app),
-        el("td", {}, ep.event_types.map((t) => el("span", { class: "chip" }, t))),
+        el("td", {}, ep.event_types.map((t) => el("span", { class: "chip" }, t)),
+          ep.filter ? el("div", { class: "sub-line mono ellipsis", title: `filter: ${ep.filter}`, dataset: { col: "filter" } }, `filter: ${ep.filter}`) : null),
         el("td", { dataset: { col: "breaker" } }, breakerCell(ep)),
         el("td", { class: "num" }, ep.rate_limit ? `${num(ep.rate_limit)}/s` : "—"),
         el("td", { class: "num", title: "claimed now / max_in_flight" }, `${h ? h.in_flight : "—"} / ${ep.max_in_flight ?? "∞"}`),
@@ -491,6 +549,7 @@
         return null;
       }));
       if (state.drawerId) jobs.push(loadDrawer());
+      jobs.push(loadReplays());
       await Promise.all(jobs);
       setLive(true, `live · ${clock(Date.now())}`);
     } catch (e) {
@@ -569,6 +628,11 @@
       typing = setTimeout(applyFilters, 400);
     });
     $("filters").addEventListener("submit", (e) => e.preventDefault());
+    $("replay-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      replayRange(false);
+    });
+    $("r-count").addEventListener("click", () => replayRange(true));
     $("f-reset").addEventListener("click", () => {
       $("f-status").value = "";
       $("f-endpoint").value = "";

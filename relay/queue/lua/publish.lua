@@ -18,6 +18,7 @@
 -- ARGV[12] retention, ms: an event with no delivery is not indexed and expires after it
 -- ARGV[13] n, the number of deliveries
 -- ARGV[14..13+2n] per delivery, two values: delivery id, endpoint id
+-- ARGV[14+2n] endpoints left out because their filter erred (JSON list; "" for none)
 --
 -- The event hash keeps "live", the number of its deliveries still stored: expire.lua
 -- counts it down and removes the event with its last delivery.
@@ -41,6 +42,8 @@ local created = ARGV[8]
 local n = tonumber(ARGV[13])
 redis.call("HSET", KEYS[2], "id", ARGV[4], "type", ARGV[5], "app", ARGV[6],
   "body", ARGV[7], "created_at", created, "deliveries", ARGV[11], "live", n)
+local filtered = ARGV[14 + 2 * n]
+if filtered and filtered ~= "" then redis.call("HSET", KEYS[2], "filtered", filtered) end
 if n > 0 then
   redis.call("ZADD", KEYS[3], created, ARGV[4])
 else -- no delivery will ever expire it, so it carries its own TTL and stays out of the index
