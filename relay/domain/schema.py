@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from yarl import URL
 
 from relay.domain import ids, matching, signing
+from relay.domain.ordering import OnDead, Ordering
 
 APP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 TYPE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-/]{0,255}$"
@@ -35,8 +36,9 @@ RESERVED_HEADERS = frozenset(
 )
 
 App = Annotated[str, Field(pattern=APP_PATTERN, description="application (tenant) name")]
-# A delivery's status; "held": its endpoint is disabled, it waits until it is enabled again.
-Status = Literal["pending", "held", "delivering", "succeeded", "dead"]
+# A delivery's status; "held": its endpoint is disabled, it waits until it is enabled again;
+# "queued": it waits in its ordered lane for the delivery before it to finish.
+Status = Literal["pending", "queued", "held", "delivering", "succeeded", "dead"]
 
 
 class Strict(BaseModel):
@@ -120,6 +122,12 @@ class EndpointIn(StrictBody):
     rate_limit: RateLimit = None
     max_in_flight: Annotated[int | None, Field(ge=1, le=10_000)] = None
     enabled: bool = True
+    ordering: Ordering = Field(
+        default="none", description="none, key (one lane per ordering_key) or endpoint (one lane)"
+    )
+    ordering_on_dead: OnDead = Field(
+        default="skip", description="skip: the next one goes; block: the lane waits"
+    )
 
     _url = field_validator("url")(_check_url)
     _headers = field_validator("headers")(_check_headers)
@@ -127,7 +135,10 @@ class EndpointIn(StrictBody):
     _secret = field_validator("secret")(_check_secret)
 
 
-_NOT_NULLABLE = frozenset({"url", "app", "event_types", "description", "headers", "enabled"})
+_NOT_NULLABLE = frozenset(
+    {"url", "app", "event_types", "description", "headers", "enabled", "ordering"}
+    | {"ordering_on_dead"}
+)
 
 
 def endpoint_record(**fields: Any) -> dict[str, Any]:
@@ -167,6 +178,8 @@ class EndpointPatch(StrictBody):
     rate_limit: RateLimit = None
     max_in_flight: Annotated[int | None, Field(ge=1, le=10_000)] = None
     enabled: bool | None = None
+    ordering: Ordering | None = None  # applies to deliveries published after the change
+    ordering_on_dead: OnDead | None = None
 
     @model_validator(mode="after")
     def _no_nulls(self) -> EndpointPatch:
@@ -204,3 +217,15 @@ class EventIn(StrictBody):
     endpoint_ids: Annotated[list[str] | None, Field(max_length=1000)] = Field(
         default=None, description="only these endpoints (still filtered by app and type)"
     )
+    ordering_key: Annotated[str | None, Field(min_length=1, max_length=200)] = Field(
+        default=None,
+        description="1-200 printable characters: to endpoints with ordering 'key', events "
+        "with the same key are sent one at a time, in publish order",
+    )
+
+    @field_validator("ordering_key")
+    @classmethod
+    def _ordering_key(cls, v: str | None) -> str | None:
+        if v is not None and not v.isprintable():
+            raise ValueError("ordering_key must be printable characters (no control characters)")
+        return v
