@@ -18,8 +18,9 @@ several worker processes against a receiver that fails and stalls at random.
   stats count 4 blocked lanes; then two are discarded and two replayed, and every lane
   completes in order.
 
-Seen failing (in a scratch copy of the tree, ``cp -r`` of the worktree, the test run
-there with ``.venv/bin/python -m pytest``): see the report lines at each test.
+Seen failing (in a scratch copy of the tree, ``git archive HEAD`` unpacked elsewhere,
+the protection removed there and the test run there with this ``.venv``'s python, so
+the worker processes ran the changed scripts too): said at each test.
 """
 
 from __future__ import annotations
@@ -181,8 +182,9 @@ async def run_ordered(
 async def test_fleet_keeps_every_lane_in_order(
     make_store: Any, redis_server: Any, tmp_path: Path
 ) -> None:
-    """Seen failing: with publish.lua putting every ordered delivery in due (``head``
-    always true), 1,200 "started while ... was still open" and "runs of numbers" lines."""
+    """Seen failing: with publish.lua putting every ordered delivery in due (its RPUSH
+    kept, ``head`` left true), lane_problems listed 770 lines, the first "key-0: runs of
+    numbers [0, 1, 2, 3, 1, 4, 1, 7, 6, 9, ...] != publish order [0, 1, 2, ...]"."""
     store = await make_store(retry_schedule=SCHEDULE)
     rec = await LaneReceiver().start()
     try:
@@ -224,8 +226,9 @@ async def done(store: Store) -> bool:
 async def test_block_holds_the_lane_until_replay_or_discard(
     make_store: Any, redis_server: Any, tmp_path: Path
 ) -> None:
-    """Seen failing: with record.lua's block branch removed (a dead head always lets the
-    next one go), "n=8 ... was sent" for the four lanes: 4 x 12 requests past the dead."""
+    """Seen failing: with record.lua's block branch removed (``if false then``: a dead
+    head always lets the next one go), ``sent_after`` held 74 requests past the dead
+    heads, the first Hit(lane='key-3', n=8, ..., status=200)."""
     store = await make_store(retry_schedule=SCHEDULE)
     rec = await LaneReceiver().start()
     stuck = [f"key-{i}" for i in range(4)]
