@@ -374,7 +374,7 @@ async def lifecycle(store: Store) -> None:
     await store.get_delivery(a.id)
     await store.get_event(event_id)
     await store.event_body_length(event_id)
-    for status in ("pending", "held", "delivering", "succeeded", "dead", None):
+    for status in ("pending", "queued", "held", "delivering", "succeeded", "dead", None):
         await store.list_deliveries(status=status)
     await store.list_deliveries(endpoint_id=shop["id"])
     await store.list_deliveries(event_id=event_id, event_type="order.*")
