@@ -267,3 +267,27 @@ async def test_block_holds_the_lane_until_replay_or_discard(
         assert [h.status for h in replayed][:1] == [410] and replayed[-1].status == 200
     finally:
         await rec.stop()
+
+
+async def test_a_deleted_endpoints_blocked_lane_is_let_go(make_store: Any) -> None:
+    """Deleted while its lane was blocked: the next sweep discards the dead head, and the
+    rest of the lane goes on (to be recorded dead, endpoint_deleted, by the worker)."""
+    from relay.ops import metrics
+    from relay.ops.retention import Retention
+
+    store = await make_store()
+    sk = store.keys.shard(0)
+    ep = endpoint_record(url="http://127.0.0.1:9/x", ordering="endpoint", ordering_on_dead="block")
+    await store.put_endpoint(ep)
+    a, b = await publish_raw(store, ep["id"], 2)
+    (h,) = (await store.claim(sk, limit=9, lease_ms=60_000, token_prefix="d", worker="w")).items
+    assert await store.record(sk, [outcome(h, "dead", 410)]) == [1]
+    assert await Retention(store).unblock_deleted() == 0  # its endpoint is still there
+    metrics.set_queue(await store.stats())
+    assert metrics.BLOCKED_LANES._value.get() == 1
+    assert await store.delete_endpoint(ep)
+    assert await Retention(store).unblock_deleted() == 1
+    assert (await store.get_delivery(b) or {})["status"] == "pending"
+    assert (await store.get_delivery(a) or {})["discarded_at"]
+    metrics.set_queue(await store.stats())
+    assert metrics.BLOCKED_LANES._value.get() == 0
