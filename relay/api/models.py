@@ -164,6 +164,12 @@ class DeliveryOut(BaseModel):
 
 class DeliveryDetail(DeliveryOut):
     attempt_log: list[AttemptEntry]
+    lane_head: str | None = Field(
+        default=None, description="ordered: the delivery at the head of its lane now"
+    )
+    lane_blocked: bool | None = Field(
+        default=None, description="ordered: its lane is stopped at a dead head"
+    )
 
 
 class DeliveryList(BaseModel):
