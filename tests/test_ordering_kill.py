@@ -16,7 +16,7 @@ The same with SIGTERM (``test_a_handed_back_head_is_not_overtaken``): the reques
 held past the 0.3 s shutdown grace, so the worker cancels it and hands the head back
 (``release.lua``, uncharged); the next process sends the head again, then the rest.
 Seen failing: in the scratch copy with the lane advancing at claim, the requests were
-[0, 2, 3, 4, 0, 1] there too.
+[0, 1, 2, 3, 0, 4] (the kill test's were [0, 2, 3, 4, 0, 1] in that same run).
 """
 
 from __future__ import annotations
