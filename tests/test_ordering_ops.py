@@ -34,6 +34,12 @@ async def test_block_discard_through_api_and_cli(make_store: Any, make_api: Any)
         assert r.status == 201
         ep = await r.json()
     assert (ep["ordering"], ep["ordering_on_dead"]) == ("key", "block")
+    async with api("PATCH", f"/v1/endpoints/{ep['id']}", json={"ordering": None}) as r:
+        assert r.status == 422  # null is not an ordering
+    async with api("PATCH", f"/v1/endpoints/{ep['id']}", json={"ordering": "endpoint"}) as r:
+        assert r.status == 200 and (await r.json())["ordering"] == "endpoint"
+    async with api("PATCH", f"/v1/endpoints/{ep['id']}", json={"ordering": "key"}) as r:
+        assert r.status == 200 and (await r.json())["ordering_on_dead"] == "block"
     published = []
     for n in range(3):
         event = {"type": "order.paid", "payload": {"n": n}, "ordering_key": "order-1"}
