@@ -291,3 +291,25 @@ async def test_a_deleted_endpoints_blocked_lane_is_let_go(make_store: Any) -> No
     assert (await store.get_delivery(a) or {})["discarded_at"]
     metrics.set_queue(await store.stats())
     assert metrics.BLOCKED_LANES._value.get() == 0
+
+
+async def test_recovered_dead_rejoin_their_lane_in_order(make_store: Any) -> None:
+    """``POST /v1/endpoints/{id}/recover`` (``Store.replay_dead``) on a "skip" lane whose
+    three deliveries all died: they rejoin the lane in the order they died.
+
+    Seen failing: with replay_dead replaying each page as it walks the dead letters
+    (newest first, as before issue 14), the lane took them back as [c, b, a]."""
+    store = await make_store()
+    sk = store.keys.shard(0)
+    published = await publish_raw(store, "ep_lane", 3, on_dead="skip")
+    for _ in published:
+        (h,) = (await store.claim(sk, limit=9, lease_ms=60_000, token_prefix="r", worker="w")).items
+        assert await store.record(sk, [outcome(h, "dead", 410)]) == [1]
+        await asyncio.sleep(0.002)  # deaths in distinct milliseconds
+    assert await store.replay_dead(endpoint_id="ep_lane") == (3, 0)
+    order = []
+    for _ in published:
+        (h,) = (await store.claim(sk, limit=9, lease_ms=60_000, token_prefix="s", worker="w")).items
+        order.append(h.id)
+        assert await store.record(sk, [outcome(h, "succeeded")]) == [1]
+    assert order == published
