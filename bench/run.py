@@ -34,7 +34,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import report, scenarios
+from bench import ordered, report, scenarios
 from bench.common import BENCH, RESULTS, Procs, Receiver, machine
 from bench.scenarios import Cfg
 
@@ -50,6 +50,7 @@ STEPS = (
     "latency",
     "retry",
     "rtt2",
+    "ordered",
     "limit_end",
 )
 # Throughput steps get a limit run of their own right before them: on a shared machine
@@ -105,6 +106,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "retry": ("retry", lambda: scenarios.relay_retry(receiver, cfg)),
         # relay's Redis 2 ms of round trip away (bench/delay_proxy.py, 1 ms each way)
         "rtt2": ("relay_drain_1_rtt2", lambda: scenarios.relay_drain(receiver, cfg, 1, 1.0)),
+        # issue 14: ordered lanes (1,000, 10, 1 keys) against unordered, same run
+        "ordered": ("ordered", lambda: ordered.run(receiver, cfg)),
         "limit_end": ("limit_end", lambda: scenarios.limit(receiver, cfg)),
     }
     try:
@@ -187,7 +190,7 @@ def main() -> int:
     args.started = now.strftime("%Y-%m-%d %H:%M UTC")
 
     res = asyncio.run(run(args))
-    text = report.table(res)
+    text = "\n".join([report.table(res), *ordered.lines(res)])
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = now.strftime("%Y%m%dT%H%M%SZ") + ("-quick" if args.quick else "")

@@ -10,16 +10,14 @@ sent are decided in one place. The write itself is one script (``publish.lua``):
 from __future__ import annotations
 
 import hashlib
-import random
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from relay.domain import filters, ids, matching, signing
+from relay.domain import filters, ids, matching, ordering, signing
 from relay.domain.schema import EventIn
 from relay.queue.store import Store
 
@@ -74,16 +72,19 @@ def select_targets(endpoints: Sequence[dict[str, Any]], event: EventIn) -> list[
     return [e for e in endpoints if e["enabled"] and matching.matches(e["event_types"], event.type)]
 
 
-def shard_for(app: str, idempotency_key: str | None, shards: int) -> int:
-    """The same key always lands on the same shard (its guard lives there); else any."""
-    if idempotency_key is not None:
-        return zlib.crc32(f"{app}\0{idempotency_key}".encode()) % shards
-    return random.randrange(shards)
+def shard_for(app: str, idempotency_key: str | None, shards: int, *, ordered: bool = False) -> int:
+    """The same key always lands on the same shard (its guard lives there), and so does
+    every ordered event of an app (its lanes live there): the app's; else any
+    (:func:`relay.domain.ordering.shard_for`)."""
+    return ordering.shard_for(app, idempotency_key, shards, ordered=ordered)
 
 
 def fingerprint(event: EventIn) -> str:
     """What "the same request body" means for an idempotency key."""
-    return hashlib.sha256(orjson.dumps(event.model_dump(), option=orjson.OPT_SORT_KEYS)).hexdigest()
+    fields = event.model_dump()
+    if fields["ordering_key"] is None:  # absent: the same fingerprint as before lanes
+        del fields["ordering_key"]
+    return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 class Publisher:
@@ -115,10 +116,16 @@ class Publisher:
         )
         filtered = filtered[: filters.MAX_RECORDED]
 
-        shard = shard_for(event.app, idempotency_key, self.settings.shards)
+        lanes = [ordering.lane_of(e, event.ordering_key) for e in targets]
+        ordered = any(lane is not None for lane in lanes)
+        shard = shard_for(event.app, idempotency_key, self.settings.shards, ordered=ordered)
         now_ms = int(time.time() * 1000)
         event_id = ids.new_id("evt", shard, now_ms)
         deliveries = [(ids.new_id("dlv", shard, now_ms), e["id"]) for e in targets]
+        # per delivery: its lane ("" unordered) and what a dead head does to it
+        lane_args = [
+            (lane or "", ordering.on_dead(e)) for e, lane in zip(targets, lanes, strict=True)
+        ]
         answer = {
             "id": event_id,
             "type": event.type,
@@ -142,6 +149,7 @@ class Publisher:
             deliveries=deliveries,
             idempotency=guard,
             filtered=filtered,
+            lanes=lane_args if ordered else None,
         )
         if taken is None:
             return Published(answer, created=True)

@@ -26,6 +26,7 @@ KEY_FIRST = {
     "HDEL", "HSETNX", "HEXISTS", "ZADD", "ZREM", "ZRANGE", "ZRANGEBYSCORE", "ZSCORE",
     "ZREMRANGEBYSCORE", "ZCARD", "ZCOUNT", "RPUSH", "LRANGE", "SADD", "SREM", "SMEMBERS",
     "ZRANK",
+    "LINDEX", "LPOP",
 }  # fmt: skip
 ALL_KEYS = {"DEL", "EXISTS", "UNLINK"}
 NO_KEYS = {"TIME"}
@@ -223,18 +224,23 @@ class Script:
                 found += [args[k] for callee, args in self.calls if callee == fname]
         return found
 
-    def argv_prefixes(self) -> dict[int, str]:
-        """ARGV index -> the ShardKeys prefix builder the header says it is."""
+    def argv_prefixes(self) -> dict[str, str]:
+        """ARGV index -> the ShardKeys prefix builder the header says it is. The index is
+        a number, or a position after the items written as the header writes it
+        (``ARGV[3+7n]``, read in the script as ``ARGV[3 + 7 * n]``)."""
         out = {}
-        for m in re.finditer(r"ARGV\[(\d+)\][^\n]*?ShardKeys\.(\w+_prefix)", header(self.source)):
-            out[int(m.group(1))] = m.group(2)
+        found = re.finditer(
+            r"ARGV\[(\d+(?:\+\d*n)?)\][^\n]*?ShardKeys\.(\w+_prefix)", header(self.source)
+        )
+        for m in found:
+            out[m.group(1)] = m.group(2)
         return out
 
     def is_prefix(self, name: str) -> bool:
         bound = self.bindings.get(name, [])
         prefixes = self.argv_prefixes()
         return bool(bound) and all(
-            e is not None and _index_of(e, "ARGV") in prefixes for e in bound
+            e is not None and _index_text(e, "ARGV") in prefixes for e in bound
         )
 
     def is_key(self, expr: list[Tok], seen: frozenset[str] = frozenset()) -> bool:
@@ -347,6 +353,13 @@ def _index_of(expr: list[Tok] | None, table: str) -> int | None:
     if len(expr) == 4 and expr[2].kind == "number":
         return int(expr[2].text)
     return -1
+
+
+def _index_text(expr: list[Tok] | None, table: str) -> str | None:
+    """``3+7n`` for ``TABLE[3 + 7 * n]``, ``2`` for ``TABLE[2]``; None for anything else."""
+    if _index_of(expr, table) is None or expr is None:
+        return None
+    return "".join(t.text for t in expr[2:-1] if t.text != "*")
 
 
 def _unpacked(expr: list[Tok]) -> str | None:

@@ -140,7 +140,14 @@ async def test_stats(st: Store) -> None:
     await finish(st, {a: "succeeded"})
 
     data = as_json(await cli(st, "stats", "--json"))
-    assert data["counts"] == {"pending": 1, "held": 0, "delivering": 0, "succeeded": 1, "dead": 0}
+    assert data["counts"] == {
+        "pending": 1,
+        "queued": 0,
+        "held": 0,
+        "delivering": 0,
+        "succeeded": 1,
+        "dead": 0,
+    }
     table = await cli(st, "stats")
     assert table.exit_code == 0
     assert any(

@@ -26,6 +26,7 @@ from conftest import ClusterHandle, Receiver, StoreFactory
 
 from relay.delivery.worker import Worker
 from relay.domain import ids, signing
+from relay.domain.ordering import app_shard
 from relay.domain.schema import endpoint_record
 from relay.queue.scripts import guard_key
 from relay.queue.store import Outcome, Store
@@ -238,6 +239,7 @@ async def test_api_publish_and_worker_deliver_every_event_once(
         stats = await resp.json()
     assert stats["counts"] == {
         "pending": 0,
+        "queued": 0,
         "held": 0,
         "delivering": 0,
         "succeeded": 300,
@@ -310,14 +312,15 @@ async def test_idempotency_on_cluster(cluster_store: StoreFactory, make_api: Any
         assert r.status == 409
         assert (await r.json())["error"] == "idempotency_key_reused"
 
-    # Keys spread over the shards; each publishes exactly one event, wherever it lands.
+    # Every key of an app lands on the app's shard (issue 14: the guard lives beside the
+    # app's ordered lanes, whatever the body); each publishes exactly one event.
     shards: Counter[int | None] = Counter()
     for n in range(12):
         s1, a1 = await post(apis[n % 2], f"spread-{n}")
         s2, a2 = await post(apis[(n + 1) % 2], f"spread-{n}")
         assert (s1, s2, a2["id"]) == (201, 200, a1["id"])
         shards[ids.shard_of(a1["id"])] += 1
-    assert len(shards) == 3, shards
+    assert shards == {app_shard("default", 3): 12}, shards
     events = sum([await store_a.redis.zcard(sk.events) for sk in store_a.keys.all_shards()])
     assert events == 1 + 1 + 12  # k-1, race, spread-0..11: nothing else was created
     assert (await store_b.stats())["counts"]["pending"] == 14

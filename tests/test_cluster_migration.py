@@ -152,6 +152,7 @@ async def test_slot_moved_while_deliveries_flow(
     stats = await publisher.stats()
     assert stats["counts"] == {
         "pending": 0,
+        "queued": 0,
         "held": 0,
         "delivering": 0,
         "succeeded": total,

@@ -158,6 +158,7 @@ async def test_deleting_an_endpoint_sends_its_held_deliveries_to_dead(
     assert await listed(store, status="held") == []
     assert (await store.stats())["counts"] == {
         "pending": 0,
+        "queued": 0,
         "held": 0,
         "delivering": 0,
         "succeeded": 0,

@@ -101,7 +101,14 @@ def test_prefix_builders_are_the_keys_of_ids_without_the_id() -> None:
     sk = Keys("relay", 2).shard(1)
     prefixes = [n for n in dir(ShardKeys) if n.endswith("_prefix")]
     assert sorted(prefixes) == sorted(
-        ["delivery_prefix", "log_prefix", "event_prefix", "endpoint_index_prefix", "held_prefix"]
+        [
+            "delivery_prefix",
+            "log_prefix",
+            "event_prefix",
+            "endpoint_index_prefix",
+            "held_prefix",
+            "lane_prefix",
+        ]
     )
     for name in prefixes:
         per_id = getattr(sk, name.removesuffix("_prefix"))
@@ -384,7 +391,7 @@ async def lifecycle(store: Store) -> None:
     await store.get_delivery(a.id)
     await store.get_event(event_id)
     await store.event_body_length(event_id)
-    for status in ("pending", "held", "delivering", "succeeded", "dead", None):
+    for status in ("pending", "queued", "held", "delivering", "succeeded", "dead", None):
         await store.list_deliveries(status=status)
     await store.list_deliveries(endpoint_id=shop["id"])
     await store.list_deliveries(event_id=event_id, event_type="order.*")
@@ -401,6 +408,38 @@ async def lifecycle(store: Store) -> None:
 
     swept = await store.expire_shard(sk, succeeded_before=10**15, dead_before=10**15, limit=100)
     assert swept.deliveries == 6 and swept.events == 1  # the event went with its last one
+
+    # an ordered lane (issue 14): one lane for the endpoint (its id: no ":"), blocking
+    now = int(time.time() * 1000)
+    lane_event = ids.new_id("evt", 0, now)
+    lane_ids = [ids.new_id("dlv", 0, now) for _ in range(3)]
+    await store.publish(
+        shard=0,
+        event_id=lane_event,
+        event_type="order.paid",
+        app="shop",
+        body=signing.build_body(lane_event, "order.paid", now, b'{"n":1}'),
+        created_ms=now,
+        deliveries=[(d, shop["id"]) for d in lane_ids],
+        lanes=[(shop["id"], "block")] * 3,
+    )
+    head = (await store.claim(sk, limit=10, lease_ms=60_000, token_prefix="k4", worker="w")).items
+    assert [x.id for x in head] == lane_ids[:1]
+    assert await store.record(sk, [outcome(head[0], "dead", 410)]) == [1]
+    assert await store.blocked_lanes(sk) == [(shop["id"], lane_ids[0])]
+    assert (await store.get_delivery(lane_ids[1]))["status"] == "queued"  # type: ignore[index]
+    await store.list_deliveries(status="queued")
+    assert await store.replay([lane_ids[0]]) == {lane_ids[0]: "ok"}
+    head = (await store.claim(sk, limit=10, lease_ms=1, token_prefix="k5", worker="w")).items
+    assert [x.id for x in head] == lane_ids[:1]
+    await asyncio.sleep(0.02)
+    await store.reclaim(sk)  # its lease ran out: back to due, still the head
+    head = (await store.claim(sk, limit=10, lease_ms=60_000, token_prefix="k6", worker="w")).items
+    assert await store.record(sk, [outcome(head[0], "dead", 410)]) == [1]
+    assert await store.discard([lane_ids[0]]) == {lane_ids[0]: "ok"}
+    head = (await store.claim(sk, limit=10, lease_ms=60_000, token_prefix="k7", worker="w")).items
+    assert [x.id for x in head] == lane_ids[1:2]
+    assert await store.record(sk, [outcome(head[0], "succeeded")]) == [1]
     assert await store.delete_endpoint(other)  # endpoint_delete
     await store.delete_endpoint_state(shop["id"])
 

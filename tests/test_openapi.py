@@ -208,6 +208,11 @@ async def test_every_documented_answer_matches(
     await check("POST", rep, 404, path=f"/v1/deliveries/{UNKNOWN_DLV}/replay")
     await check("POST", rep, 401, path=f"/v1/deliveries/{dead}/replay", session=anon)
     await check("POST", rep, 202, path=f"/v1/deliveries/{succeeded}/replay")
+    dis = "/v1/deliveries/{id}/discard"  # issue 14: a dead one is marked, anything else 409
+    await check("POST", dis, 409, path=f"/v1/deliveries/{pending}/discard")
+    await check("POST", dis, 404, path=f"/v1/deliveries/{UNKNOWN_DLV}/discard")
+    await check("POST", dis, 401, path=f"/v1/deliveries/{dead}/discard", session=anon)
+    await check("POST", dis, 202, path=f"/v1/deliveries/{dead}/discard")
     rec = "/v1/endpoints/{id}/recover"
     await check(
         "POST", rec, 400, path=f"/v1/endpoints/{gone['id']}/recover", data=b"{", headers=json_type()
@@ -268,7 +273,14 @@ async def test_every_documented_answer_matches(
     await Worker(store, store.settings).run(asyncio.Event(), burst=True)  # replayed ones again
     spare = await check("POST", "/v1/endpoints", 201, json={"url": receiver.url + "/s"})
     check.seen |= await replication_unconfirmed(
-        make_store, make_api, doc, ok=ok["id"], gone=gone["id"], spare=spare["id"], done=succeeded
+        make_store,
+        make_api,
+        doc,
+        ok=ok["id"],
+        gone=gone["id"],
+        spare=spare["id"],
+        done=succeeded,
+        dead=dead,
     )
 
     assert not check.mismatches, "answers that do not match their schema:\n" + "\n".join(
@@ -313,6 +325,7 @@ async def replication_unconfirmed(
     gone: str,
     spare: str,
     done: str,
+    dead: str,
 ) -> set[tuple[str, str, int]]:
     """503 replication_timeout: the same data through a Store that waits for one replica
     (RELAY_ACK_REPLICAS=1, 20 ms) of a Redis that has none. ``gone`` has a dead delivery,
@@ -323,6 +336,7 @@ async def replication_unconfirmed(
     event = {"type": "order.paid", "payload": {"n": 2}, "endpoint_ids": [ok]}
     calls: list[tuple[str, str, str, dict[str, Any]]] = [
         ("POST", "/v1/deliveries/{id}/replay", f"/v1/deliveries/{done}/replay", {}),
+        ("POST", "/v1/deliveries/{id}/discard", f"/v1/deliveries/{dead}/discard", {}),
         ("POST", "/v1/endpoints/{id}/recover", f"/v1/endpoints/{gone}/recover", {}),
         ("POST", "/v1/endpoints/{id}/rotate-secret", f"/v1/endpoints/{gone}/rotate-secret", {}),
         ("PATCH", "/v1/endpoints/{id}", f"/v1/endpoints/{ok}", {"json": {"description": "e"}}),

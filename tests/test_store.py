@@ -517,7 +517,14 @@ async def test_stats_counts(st: Store) -> None:
     )
     await claim(st, limit=1)  # the fourth is now delivering
     stats = await st.stats()
-    assert stats["counts"] == {"pending": 1, "held": 0, "delivering": 1, "succeeded": 1, "dead": 1}
+    assert stats["counts"] == {
+        "pending": 1,
+        "queued": 0,
+        "held": 0,
+        "delivering": 1,
+        "succeeded": 1,
+        "dead": 1,
+    }
     assert stats["queue"]["due"] == 0 and stats["queue"]["scheduled"] == 1
     assert stats["queue"]["processing"] == 1
     assert stats["queue"]["oldest_due_age_seconds"] == 0.0

@@ -10,6 +10,7 @@ from relay.api.models import (
     DeliveryDetail,
     DeliveryList,
     DeliveryQuery,
+    DiscardOut,
     ErrorOut,
     RecoverIn,
     RecoverOut,
@@ -80,6 +81,29 @@ async def replay(request: web.Request) -> web.Response:
         409,
         "delivery_not_replayable",
         f"delivery {delivery_id} is {result}; only dead or succeeded can be replayed",
+        current_status=result,
+    )
+
+
+@route(
+    "POST",
+    "/v1/deliveries/{id}/discard",
+    summary="Discard a dead delivery; a dead head blocking its ordered lane lets it go on",
+    responses={202: DiscardOut, 404: ErrorOut, 409: ErrorOut, 503: ErrorOut},
+)
+async def discard(request: web.Request) -> web.Response:
+    delivery_id = request.match_info["id"]
+    result = (await request.app[STORE].discard([delivery_id]))[delivery_id]
+    if result == "ok":
+        d = await request.app[STORE].get_delivery(delivery_id, with_log=False)
+        at = d.get("discarded_at") if d else None
+        return json({"id": delivery_id, "status": "dead", "discarded_at": at}, status=202)
+    if result == "":
+        raise ApiError(404, "not_found", f"delivery {delivery_id} does not exist")
+    raise ApiError(
+        409,
+        "delivery_not_discardable",
+        f"delivery {delivery_id} is {result}; only dead deliveries can be discarded",
         current_status=result,
     )
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from relay.domain.ordering import OnDead, Ordering
 from relay.domain.schema import (
     TYPE_PATTERN,
     App,
@@ -45,6 +46,8 @@ class EndpointOut(BaseModel):
     max_in_flight: int | None
     enabled: bool
     filter: str | None = Field(default=None, description="CEL payload filter (null: none)")
+    ordering: Ordering = Field(default="none", description="none, key or endpoint")
+    ordering_on_dead: OnDead = Field(default="skip", description="skip or block")
     created_at: int = Field(description="ms since the epoch")
     updated_at: int
     secret: str | None = Field(
@@ -122,6 +125,7 @@ WaitReason = Literal[
     "breaker_probing",
     "in_flight_cap",
     "rate_limited",
+    "ordering_lane",
     "retry_backoff",
     "scheduled",
 ]
@@ -132,6 +136,7 @@ class WaitingOut(BaseModel):
         description="endpoint_disabled (held until enabled), endpoint_deleted, breaker_open "
         "(until the breaker lets a probe through), breaker_probing (a probe decides), "
         "in_flight_cap (max_in_flight reached), rate_limited (rate_limit used up), "
+        "ordering_lane (queued behind the one before it in its ordered lane), "
         "retry_backoff (last attempt failed), scheduled (Retry-After or a passed deferral)"
     )
     until: int | None = Field(description="ms since the epoch; null: until an operator acts")
@@ -154,6 +159,13 @@ class DeliveryOut(BaseModel):
     updated_at: int
     finished_at: int | None = None
     worker: str | None = None
+    lane: str | None = Field(
+        default=None,
+        description="ordered lane: <endpoint_id> or <endpoint_id>:<ordering_key>; null: unordered",
+    )
+    blocking: bool | None = Field(
+        default=None, description="ordered: this dead head holds its lane (ordering_on_dead block)"
+    )
     waiting: WaitingOut | None = Field(
         default=None,
         description="why a pending or held delivery is not going out now; null when it is "
@@ -163,6 +175,12 @@ class DeliveryOut(BaseModel):
 
 class DeliveryDetail(DeliveryOut):
     attempt_log: list[AttemptEntry]
+    lane_head: str | None = Field(
+        default=None, description="ordered: the delivery at the head of its lane now"
+    )
+    lane_blocked: bool | None = Field(
+        default=None, description="ordered: its lane is stopped at a dead head"
+    )
 
 
 class DeliveryList(BaseModel):
@@ -212,6 +230,12 @@ class ReplayOut(BaseModel):
     status: Status
 
 
+class DiscardOut(BaseModel):
+    id: str
+    status: Status = Field(description="dead: it stays a dead letter, marked discarded_at")
+    discarded_at: int | None = None
+
+
 class HeadersOut(BaseModel):
     headers: dict[str, str] = Field(description="the endpoint's custom headers, in clear")
 
@@ -240,4 +264,7 @@ class StatsOut(BaseModel):
     counts: dict[str, int]
     queue: dict[str, float]
     reclaimed_total: int
+    blocked_lanes: int = Field(
+        description="ordered lanes stopped at a dead head (ordering_on_dead: block)"
+    )
     shards: int

@@ -55,6 +55,7 @@ def stats(as_json: bool) -> None:
                 ["queue processing", q["processing"]],
                 ["oldest due age (s)", q["oldest_due_age_seconds"]],
                 ["leases reclaimed (all time)", d["reclaimed_total"]],
+                ["ordered lanes blocked", d["blocked_lanes"]],
                 ["shards", d["shards"]],
                 ["redis role", d["redis"]["role"]],
                 ["redis persistence", d["redis"]["persistence"]],

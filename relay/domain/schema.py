@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 from yarl import URL
 
 from relay.domain import filters, ids, matching, signing
+from relay.domain.ordering import OnDead, Ordering
 
 APP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 TYPE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-/]{0,255}$"
@@ -36,8 +37,9 @@ RESERVED_HEADERS = frozenset(
 )
 
 App = Annotated[str, Field(pattern=APP_PATTERN, description="application (tenant) name")]
-# A delivery's status; "held": its endpoint is disabled, it waits until it is enabled again.
-Status = Literal["pending", "held", "delivering", "succeeded", "dead"]
+# A delivery's status; "held": its endpoint is disabled, it waits until it is enabled again;
+# "queued": it waits in its ordered lane for the delivery before it to finish.
+Status = Literal["pending", "queued", "held", "delivering", "succeeded", "dead"]
 
 
 class Strict(BaseModel):
@@ -135,6 +137,12 @@ class EndpointIn(StrictBody):
     max_in_flight: Annotated[int | None, Field(ge=1, le=10_000)] = None
     enabled: bool = True
     filter: Annotated[str | None, Field(description=FILTER_DESCRIPTION)] = None
+    ordering: Ordering = Field(
+        default="none", description="none, key (one lane per ordering_key) or endpoint (one lane)"
+    )
+    ordering_on_dead: OnDead = Field(
+        default="skip", description="skip: the next one goes; block: the lane waits"
+    )
 
     _url = field_validator("url")(_check_url)
     _headers = field_validator("headers")(_check_headers)
@@ -143,7 +151,10 @@ class EndpointIn(StrictBody):
     _filter = field_validator("filter")(_check_filter)
 
 
-_NOT_NULLABLE = frozenset({"url", "app", "event_types", "description", "headers", "enabled"})
+_NOT_NULLABLE = frozenset(
+    {"url", "app", "event_types", "description", "headers", "enabled", "ordering"}
+    | {"ordering_on_dead"}
+)
 
 
 def endpoint_record(**fields: Any) -> dict[str, Any]:
@@ -186,6 +197,8 @@ class EndpointPatch(StrictBody):
     filter: Annotated[str | None, Field(description=FILTER_DESCRIPTION)] = None
 
     _filter = field_validator("filter")(_check_filter)
+    ordering: Ordering | None = None  # applies to deliveries published after the change
+    ordering_on_dead: OnDead | None = None
 
     @model_validator(mode="after")
     def _no_nulls(self) -> EndpointPatch:
@@ -223,3 +236,15 @@ class EventIn(StrictBody):
     endpoint_ids: Annotated[list[str] | None, Field(max_length=1000)] = Field(
         default=None, description="only these endpoints (still filtered by app and type)"
     )
+    ordering_key: Annotated[str | None, Field(min_length=1, max_length=200)] = Field(
+        default=None,
+        description="1-200 printable characters: to endpoints with ordering 'key', events "
+        "with the same key are sent one at a time, in publish order",
+    )
+
+    @field_validator("ordering_key")
+    @classmethod
+    def _ordering_key(cls, v: str | None) -> str | None:
+        if v is not None and not v.isprintable():
+            raise ValueError("ordering_key must be printable characters (no control characters)")
+        return v

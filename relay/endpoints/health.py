@@ -168,7 +168,7 @@ class Health:
         return await self.store.resume(endpoint_id, confirm=confirm)
 
 
-_WAITING_STATUSES = ("pending", "held")
+_WAITING_STATUSES = ("pending", "queued", "held")
 OPEN_SLACK_MS = 60_000
 
 
@@ -196,12 +196,15 @@ def waiting_reason(
     Reasons: ``endpoint_disabled`` (held), ``endpoint_deleted``, ``breaker_open`` (until
     the breaker lets a probe through), ``breaker_probing`` (one probe is out or about to
     go; the rest follow its answer), ``in_flight_cap`` (``max_in_flight`` reached),
-    ``rate_limited`` (``rate_limit`` used up), ``retry_backoff`` (its last attempt
+    ``rate_limited`` (``rate_limit`` used up), ``ordering_lane`` (queued behind the
+    delivery before it in its ordered lane), ``retry_backoff`` (its last attempt
     failed; the next is on the retry schedule), ``scheduled`` (a Retry-After or a
     deferral whose cause has passed: it goes at ``until``)."""
     status = delivery["status"]
     if status == "held":
         return {"reason": "endpoint_disabled", "until": None}
+    if status == "queued":  # behind its lane's head; goes when the head finishes
+        return {"reason": "ordering_lane", "until": None}
     if status != "pending":
         return None
     if endpoint is None:

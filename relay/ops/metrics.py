@@ -79,6 +79,16 @@ QUEUE_HELD = Gauge(
     "Deliveries held while their endpoint is disabled (resumed when it is enabled)",
     registry=REGISTRY,
 )
+QUEUE_QUEUED = Gauge(
+    "relay_queue_queued",
+    "Deliveries waiting in an ordered lane behind its head (never claimed until they lead)",
+    registry=REGISTRY,
+)
+BLOCKED_LANES = Gauge(
+    "relay_blocked_lanes",
+    "Ordered lanes stopped at a dead head (ordering_on_dead: block) until replay or discard",
+    registry=REGISTRY,
+)
 DEAD_LETTERS = Gauge("relay_dead_letters", "Dead deliveries kept", registry=REGISTRY)
 SUCCEEDED_KEPT = Gauge(
     "relay_succeeded_kept", "Succeeded deliveries kept (until retention)", registry=REGISTRY
@@ -153,6 +163,8 @@ def set_queue(stats: dict[str, Any]) -> None:
     QUEUE_SCHEDULED.set(stats["queue"]["scheduled"])
     QUEUE_PROCESSING.set(stats["queue"]["processing"])
     QUEUE_HELD.set(stats["counts"]["held"])
+    QUEUE_QUEUED.set(stats["counts"].get("queued", 0))
+    BLOCKED_LANES.set(stats.get("blocked_lanes", 0))
     DEAD_LETTERS.set(stats["counts"]["dead"])
     SUCCEEDED_KEPT.set(stats["counts"]["succeeded"])
     OLDEST_DUE.set(stats["queue"]["oldest_due_age_seconds"])

@@ -15,6 +15,11 @@ deliveries are never expired. Every worker runs :meth:`Retention.run`; the scrip
 atomic and takes each id with ``ZREM``, so any number of sweepers may run at once, and
 each call is bounded (``BATCH`` deliveries), so a large backlog never blocks Redis for long.
 Cutoffs are measured on the sweeping process's clock.
+
+Ordered lanes: a delivery queued in a lane is never expired; a dead head blocking its
+lane expires with ``RELAY_DEAD_RETENTION`` and the lane goes on (``expire.lua``); a lane
+of a deleted endpoint blocked by its dead head is unblocked by the next sweep
+(:meth:`Retention.unblock_deleted`), so its queued deliveries go on to be recorded dead.
 """
 
 from __future__ import annotations
@@ -98,6 +103,23 @@ class Retention:
             dead_before=now - int(self.settings.dead_retention * 1000),
         )
 
+    async def unblock_deleted(self) -> int:
+        """Discard the dead heads that block lanes of deleted endpoints (issue 14): an
+        endpoint deleted while its head was in flight, or while its lane was blocked,
+        would otherwise keep the rest of the lane queued forever. Blocked lanes are few
+        (each waits for an operator), so this reads them all, once per sweep."""
+        heads: list[tuple[str, str]] = []
+        for sk in self.store.keys.all_shards():
+            heads += await self.store.blocked_lanes(sk)
+        if not heads:
+            return 0
+        known = await self.store.get_endpoints(lane.split(":", 1)[0] for lane, _ in heads)
+        gone = [head for lane, head in heads if lane.split(":", 1)[0] not in known]
+        if not gone:
+            return 0
+        done = await self.store.discard(gone)
+        return sum(1 for v in done.values() if v == "ok")
+
     async def run(self) -> None:
         """Sweep every ``sweep_interval`` (jittered, so replicas spread out) until cancelled."""
         interval = self.settings.sweep_interval
@@ -105,6 +127,8 @@ class Retention:
             await asyncio.sleep(interval * random.uniform(0.5, 1.0))
             try:
                 done = await self.sweep()
+                if unblocked := await self.unblock_deleted():
+                    log.info("retention.unblocked_deleted", lanes=unblocked)
             except Exception as exc:  # Redis away: try again next time
                 log.warning("retention.sweep_failed", error=str(exc))
                 continue

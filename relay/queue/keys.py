@@ -25,6 +25,9 @@ key                                        type    holds
 ``relay:v1:{s0}:events``                   zset    events with deliveries, score = created (ms)
 ``relay:v1:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
 ``relay:v1:{s0}:held:<endpoint_id>``       zset    held delivery ids of that endpoint (for resume)
+``relay:v1:{s0}:lane:<lane>``              list    an ordered lane's delivery ids, head first
+``relay:v1:{s0}:queued``                   zset    ids behind their lane's head, score = created
+``relay:v1:{s0}:blocked``                  zset    lanes held by a dead head, score = when blocked
 ``relay:v1:{s0}:dlv:<delivery_id>``        hash    the delivery record (status, attempts, claim)
 ``relay:v1:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request
 ``relay:v1:{s0}:evt:<event_id>``           hash    event: type, app, body (bytes sent), live count
@@ -132,6 +135,28 @@ class ShardKeys:
     def held(self, endpoint_id: str) -> str:
         """One endpoint's held deliveries (``resume.lua`` moves them back)."""
         return self.held_prefix + endpoint_id
+
+    # Ordered lanes (relay.domain.ordering): ``<lane>`` is ``<endpoint_id>`` (one lane for
+    # the endpoint) or ``<endpoint_id>:<ordering_key>``; a delivery hash keeps its lane.
+
+    @property
+    def queued(self) -> str:
+        """Deliveries of a lane behind its head (status ``queued``), score = created."""
+        return self.base + "queued"
+
+    @property
+    def blocked(self) -> str:
+        """Lanes whose dead head holds them (``ordering_on_dead: block``), score = when."""
+        return self.base + "blocked"
+
+    @property
+    def lane_prefix(self) -> str:
+        return self.base + "lane:"
+
+    def lane(self, lane: str) -> str:
+        """One lane: its delivery ids in publish order, the head (the one due or in
+        flight, or the dead one blocking it) first."""
+        return self.lane_prefix + lane
 
     def idempotency(self, app: str, key: str) -> str:
         return f"{self.base}idem:{app}:{key}"

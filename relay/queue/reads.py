@@ -46,6 +46,13 @@ class Reads(StoreBase):
         record = parse_delivery(res[0])
         if with_log:
             record["attempt_log"] = [orjson.loads(e) for e in res[1]]
+        if "lane" in record:  # ordered: the lane's head now, and whether a dead head holds it
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.lindex(sk.lane(record["lane"]), 0)
+                pipe.zscore(sk.blocked, record["lane"])
+                head, since = await pipe.execute()
+            record["lane_head"] = head
+            record["lane_blocked"] = since is not None
         return record
 
     async def get_deliveries(self, sk: ShardKeys, delivery_ids: Sequence[str]) -> list[dict]:
@@ -142,6 +149,7 @@ class Reads(StoreBase):
             if status is not None:
                 return {
                     "pending": sk.due,
+                    "queued": sk.queued,
                     "held": sk.held_index,
                     "delivering": sk.processing,
                     "succeeded": sk.succeeded,
@@ -204,7 +212,7 @@ class Reads(StoreBase):
         counts = dict.fromkeys(STATUSES, 0)
         due_now = 0
         oldest: int | None = None
-        reclaimed = 0
+        reclaimed = blocked = 0
         now_ms = await self.now_ms()  # one TIME, outside the pipelines
         for sk in self.keys.all_shards():
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -216,12 +224,16 @@ class Reads(StoreBase):
                 pipe.zcount(sk.due, "-inf", now_ms)
                 pipe.zrange(sk.due, 0, 0, withscores=True)
                 pipe.hget(sk.stats, "reclaimed")
-                due, held, proc, ok, dead, now_due, head, rec = await pipe.execute()
+                pipe.zcard(sk.queued)
+                pipe.zcard(sk.blocked)
+                due, held, proc, ok, dead, now_due, head, rec, queued, stop = await pipe.execute()
             counts["pending"] += due
             counts["held"] += held
             counts["delivering"] += proc
             counts["succeeded"] += ok
             counts["dead"] += dead
+            counts["queued"] += queued
+            blocked += stop
             due_now += now_due
             reclaimed += int(rec or 0)
             if now_due:  # the head is due: it is the oldest due delivery of this shard
@@ -238,8 +250,20 @@ class Reads(StoreBase):
                 else round((now_ms - oldest) / 1000, 3),
             },
             "reclaimed_total": reclaimed,
+            "blocked_lanes": blocked,
             "shards": self.settings.shards,
         }
+
+    async def blocked_lanes(self, sk: ShardKeys, limit: int = 1000) -> list[tuple[str, str]]:
+        """A shard's blocked lanes, oldest first: ``(lane, id of the dead head)``."""
+        lanes = await self.redis.zrange(sk.blocked, 0, limit - 1)
+        if not lanes:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for lane in lanes:
+                pipe.lindex(sk.lane(lane), 0)
+            heads = await pipe.execute()
+        return [(lane, head) for lane, head in zip(lanes, heads, strict=True) if head]
 
     async def count_dead(self, since_ms: int | None = None) -> int:
         """Dead deliveries kept (that died at or after ``since_ms``), over every shard."""

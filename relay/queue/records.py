@@ -11,7 +11,8 @@ from typing import Any
 
 # Every status a delivery can have. "held": its endpoint is disabled; it waits, out of
 # the due queue, until the endpoint is enabled again (hold.lua, resume.lua).
-STATUSES = ("pending", "held", "delivering", "succeeded", "dead")
+# "queued": it waits in its ordered lane behind the lane's head (publish.lua, replay.lua).
+STATUSES = ("pending", "queued", "held", "delivering", "succeeded", "dead")
 
 INT_FIELDS = (
     "attempts",
@@ -25,6 +26,7 @@ INT_FIELDS = (
     "log_n",
     "replays",
     "replayed_at",
+    "discarded_at",
 )
 
 
@@ -108,6 +110,8 @@ def parse_delivery(raw: dict[str, str]) -> dict[str, Any]:
     code = out.get("last_status_code")
     out["last_status_code"] = int(code) if code else None
     out["last_error"] = out.get("last_error") or None
+    if "lane" in out:  # ordered: a dead head that holds its lane says so
+        out["blocking"] = out.get("blocking") == "1"
     # Scripts delete these when they stop applying; the API still lists them, as null.
     for f in ("next_attempt_at", "finished_at", "last_attempt_at"):
         out.setdefault(f, None)

@@ -52,6 +52,7 @@ NAMES = (
     "release",
     "reclaim",
     "replay",
+    "discard",
     "endpoint_put",
     "endpoint_delete",
     "endpoints_for_app",

@@ -69,26 +69,34 @@ class Store(Transitions, Reads, EndpointRecords, Dashboard, ServerFacts, ReplayJ
     ) -> tuple[int, int]:
         """Replay every dead delivery (of one endpoint; that died at or after ``since`` ms).
 
-        Walks the dead letters newest first, a page at a time, one replay script call per
-        page and shard. Returns ``(replayed, refused)``: refused ones were replayed by
-        someone else meanwhile. ``on_page(n)`` reports progress.
+        Walks the dead letters newest first, a page at a time, then replays them in the
+        order they died, oldest first (so the dead of an ordered lane rejoin its back in
+        their lane's order), one replay script call per 500 and shard. Returns
+        ``(replayed, refused)``: refused ones were replayed by someone else meanwhile.
+        ``on_page(n)`` reports progress.
         """
-        replayed = refused = 0
+        chosen: list[tuple[int, str]] = []
         cursor: str | None = None
         while True:
             rows, cursor = await self.list_deliveries(
                 status="dead", endpoint_id=endpoint_id, limit=500, cursor=cursor
             )
-            chosen = [
-                r["id"] for r in rows if since is None or (r.get("finished_at") or 0) >= since
+            chosen += [
+                (r.get("finished_at") or 0, r["id"])
+                for r in rows
+                if since is None or (r.get("finished_at") or 0) >= since
             ]
-            if chosen:
-                done = sum(1 for v in (await self.replay(chosen)).values() if v == "ok")
-                replayed += done
-                refused += len(chosen) - done
-                if on_page is not None:
-                    on_page(len(chosen))
             # Unfiltered, the dead index is in order of death: past `since`, nothing counts.
             older = rows and since is not None and (rows[-1].get("finished_at") or 0) < since
             if cursor is None or (endpoint_id is None and older):
-                return replayed, refused
+                break
+        chosen.sort()
+        replayed = refused = 0
+        for start in range(0, len(chosen), 500):
+            page = [i for _, i in chosen[start : start + 500]]
+            done = sum(1 for v in (await self.replay(page)).values() if v == "ok")
+            replayed += done
+            refused += len(page) - done
+            if on_page is not None:
+                on_page(len(page))
+        return replayed, refused

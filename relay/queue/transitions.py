@@ -38,13 +38,15 @@ class Transitions(StoreBase):
         deliveries: Sequence[tuple[str, str]],
         idempotency: tuple[str, bytes] | None = None,
         filtered: Sequence[dict[str, str]] = (),
+        lanes: Sequence[tuple[str, str]] | None = None,
     ) -> str | None:
         """Store an event with its deliveries in one script (``publish.lua``).
 
         ``filtered``: endpoints left out because their filter erred, kept on the event.
 
         ``idempotency`` is ``(key, value)``; when the key is already taken nothing is
-        written and the stored value is returned instead of None.
+        written and the stored value is returned instead of None. ``lanes``: per
+        delivery, its ordered lane ("" for none) and ``"skip"`` or ``"block"``.
         """
         sk = self.keys.shard(shard)
         event_key = sk.event(event_id)
@@ -71,6 +73,10 @@ class Transitions(StoreBase):
             keys += [sk.delivery(delivery_id), sk.endpoint_index(endpoint_id)]
             args += [delivery_id, endpoint_id]
         args.append(orjson.dumps(list(filtered)) if filtered else "")
+        keys.append(sk.queued)
+        args.append(sk.lane_prefix if lanes else "")
+        for lane, on_dead in lanes or ():
+            args += [lane, on_dead]
         # Confirmed by RELAY_ACK_REPLICAS replicas (WAIT), on the hit path too: the script
         # then touches the key, so the WAIT covers the first answer's write as well.
         res = await self.scripts.publish(keys=keys, args=args, ack=self._ack)
@@ -109,6 +115,8 @@ class Transitions(StoreBase):
             keys += [sk.delivery(o.id), sk.log(o.id)]
             code = "" if o.status_code is None else o.status_code
             args += [o.id, o.token, o.outcome, o.delay_ms, code, o.error, o.entry]
+        keys += [sk.queued, sk.blocked]
+        args += [sk.lane_prefix, sk.delivery_prefix]
         return [int(x) for x in await self.scripts.record(keys=keys, args=args)]
 
     async def extend(
@@ -131,8 +139,8 @@ class Transitions(StoreBase):
     async def reclaim(self, sk: ShardKeys, limit: int = 500) -> tuple[int, int, list[str]]:
         """Expired leases back to due or to dead (``reclaim.lua``): (back, dead, ids)."""
         res = await self.scripts.reclaim(
-            keys=[sk.due, sk.processing, sk.dead, sk.stats],
-            args=[sk.delivery_prefix, sk.log_prefix, limit, sk.wake],
+            keys=[sk.due, sk.processing, sk.dead, sk.stats, sk.queued, sk.blocked],
+            args=[sk.delivery_prefix, sk.log_prefix, limit, sk.wake, sk.lane_prefix],
         )
         return int(res[0]), int(res[1]), list(res[2:])
 
@@ -183,11 +191,42 @@ class Transitions(StoreBase):
             for start in range(0, len(group), 500):
                 chunk = group[start : start + 500]
                 res = await self.scripts.replay(
-                    keys=[sk.due, sk.succeeded, sk.dead, *(sk.delivery(d) for d in chunk)],
-                    args=[sk.wake, self.settings.max_attempts, len(chunk), *chunk],
+                    keys=[
+                        sk.due,
+                        sk.succeeded,
+                        sk.dead,
+                        *(sk.delivery(d) for d in chunk),
+                        sk.queued,
+                        sk.blocked,
+                    ],
+                    args=[
+                        sk.wake,
+                        self.settings.max_attempts,
+                        len(chunk),
+                        *chunk,
+                        sk.lane_prefix,
+                    ],
                     ack=self._ack,
                 )
                 result.update(zip(chunk, res, strict=True))
+        return result
+
+    async def discard(self, delivery_ids: Sequence[str]) -> dict[str, str]:
+        """Give up on dead deliveries (``discard.lua``); a dead head blocking its lane
+        leaves it and the next one goes. Each id maps to "ok" or the status that refused
+        it ("" for an unknown id)."""
+        result: dict[str, str] = {}
+        for d in delivery_ids:
+            sk = self.shard_keys_for(d)
+            if sk is None:
+                result[d] = ""
+                continue
+            res = await self.scripts.discard(
+                keys=[sk.due, sk.queued, sk.blocked, sk.delivery(d)],
+                args=[sk.wake, sk.lane_prefix, sk.delivery_prefix, 1, d],
+                ack=self._ack,
+            )
+            result[d] = res[0]
         return result
 
     async def expire_shard(
@@ -200,7 +239,7 @@ class Transitions(StoreBase):
         -1: none), with their logs, index entries and, with its last delivery, the event.
         """
         res = await self.scripts.expire(
-            keys=[sk.succeeded, sk.dead, sk.deliveries, sk.events],
+            keys=[sk.succeeded, sk.dead, sk.deliveries, sk.events, sk.due, sk.queued, sk.blocked],
             args=[
                 sk.delivery_prefix,
                 sk.log_prefix,
@@ -209,6 +248,8 @@ class Transitions(StoreBase):
                 succeeded_before,
                 dead_before,
                 limit,
+                sk.lane_prefix,
+                sk.wake,
             ],
         )
         return Swept(int(res[0]), int(res[1]), bool(int(res[2])))

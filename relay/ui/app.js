@@ -92,6 +92,7 @@
     breaker_probing: (w) => `breaker probing, next try ${ago(w.until)}`,
     in_flight_cap: (w) => `in-flight cap, next try ${ago(w.until)}`,
     rate_limited: (w) => `rate limited, next try ${ago(w.until)}`,
+    ordering_lane: () => "queued in its ordered lane",
     retry_backoff: (w) => `retry ${ago(w.until)}`,
     scheduled: (w) => `due ${ago(w.until)}`,
   };
@@ -108,6 +109,8 @@
         waiting || (d.attempts ? `retry ${ago(d.next_attempt_at)}` : `due ${ago(d.next_attempt_at)}`));
     }
     if (d.status === "delivering") return el("span", { title: iso(d.updated_at) }, "sending now");
+    if (d.status === "queued") return el("span", { class: "muted", title: d.lane || "" }, "behind its lane's head");
+    if (d.blocking) return el("span", { class: "err-text", title: d.lane || "" }, "blocks its ordered lane");
     const at = d.finished_at || d.updated_at;
     return el("span", { title: iso(at) }, ago(at));
   }
@@ -180,9 +183,9 @@
       card("due", "Due now", num(queue.due), `${num(queue.scheduled)} scheduled later`, queue.due > 0 ? "warn" : "", filterTo("pending")),
       card("oldest", "Oldest due", queue.due > 0 ? duration(queue.oldest_due_age_seconds) : "—", "longest wait now", queue.oldest_due_age_seconds > 60 ? "bad" : ""),
       card("delivering", "Delivering", num(counts.delivering), "claimed by workers", "", filterTo("delivering")),
-      card("dead", "Dead", num(counts.dead), "need an operator", counts.dead > 0 ? "bad" : "", filterTo("dead")),
+      card("dead", "Dead", num(counts.dead), ov.stats.blocked_lanes ? `${num(ov.stats.blocked_lanes)} ordered lane${ov.stats.blocked_lanes > 1 ? "s" : ""} blocked` : "need an operator", counts.dead > 0 ? "bad" : "", filterTo("dead")),
       card("succeeded", "Succeeded", num(counts.succeeded), "kept until retention", "", filterTo("succeeded")),
-      card("pending", "Pending", num(counts.pending), "due + scheduled", "", filterTo("pending")),
+      card("pending", "Pending", num(counts.pending), counts.queued ? `due + scheduled · ${num(counts.queued)} queued in lanes` : "due + scheduled", "", filterTo("pending")),
       card("held", "Held", num(counts.held || 0), "endpoint disabled", counts.held > 0 ? "warn" : "", filterTo("held")),
       card("rate", "Success, 30 min", rate, `${num(ok30)} ok · ${num(dead30)} dead`, dead30 > 0 && ok30 === 0 ? "bad" : ""),
       card("reclaimed", "Reclaimed", num(reclaimed), "expired leases"),
@@ -214,6 +217,9 @@
       const replay = d.status === "dead"
         ? el("button", { type: "button", class: "btn small", title: "Send it again with a fresh attempt budget", onclick: (e) => { e.stopPropagation(); replay(d.id, e.currentTarget); } }, "Replay")
         : null;
+      const skip = d.status === "dead" && d.blocking
+        ? el("button", { type: "button", class: "btn small", title: "Skip this dead head: the next delivery of its ordered lane goes", onclick: (e) => { e.stopPropagation(); discard(d.id, e.currentTarget); } }, "Discard")
+        : null;
       return el(
         "tr",
         { dataset: { id: d.id, status: d.status }, class: d.id === state.drawerId ? "selected" : "", onclick: () => openDrawer(d.id) },
@@ -224,7 +230,7 @@
         el("td", { class: "num" }, `${d.attempts} / ${d.max_attempts}`),
         el("td", { class: "ellipsis" }, lastResult(d)),
         el("td", { class: "when-cell" }, when(d)),
-        el("td", {}, el("div", { class: "actions" }, replay)),
+        el("td", {}, el("div", { class: "actions" }, replay, skip)),
       );
     });
     body.replaceChildren(...out);
@@ -252,6 +258,19 @@
     try {
       await api("POST", `v1/deliveries/${encodeURIComponent(id)}/replay`);
       toast(`Replaying ${id}`);
+    } catch (e) {
+      if (button) button.disabled = false;
+      handleError(e);
+      return;
+    }
+    await refresh();
+  }
+
+  async function discard(id, button) {
+    if (button) button.disabled = true;
+    try {
+      await api("POST", `v1/deliveries/${encodeURIComponent(id)}/discard`);
+      toast(`Discarded ${id}: its lane goes on`);
     } catch (e) {
       if (button) button.disabled = false;
       handleError(e);
@@ -308,6 +327,9 @@
     replayBtn.disabled = !(d.status === "dead" || d.status === "succeeded");
     replayBtn.textContent = d.status === "succeeded" ? "Send again" : "Replay";
     replayBtn.title = replayBtn.disabled ? "Only dead or succeeded deliveries can be replayed" : "Back to pending with a fresh attempt budget";
+    const discardBtn = $("d-discard");
+    discardBtn.hidden = !(d.status === "dead" && d.blocking);
+    discardBtn.disabled = discardBtn.hidden;
 
     const stamp = (ms) => (ms ? `${iso(ms)} · ${ago(ms)}` : "—");
     const rows = [
@@ -322,6 +344,9 @@
     if (d.status === "held") rows.push(["Held", "endpoint disabled: resumes when it is enabled again", true]);
     else if (d.status === "pending") rows.push(["Next attempt", stamp(d.next_attempt_at), true]);
     if (d.waiting && d.status === "pending") rows.push(["Waiting", `${waitText(d.waiting)}${d.waiting.until ? ` (${iso(d.waiting.until)})` : ""}`, true]);
+    if (d.lane) rows.push(["Ordered lane", el("span", { class: "mono" }, d.lane), true]);
+    if (d.status === "queued") rows.push(["Waiting", `queued behind ${d.lane_head || "the head"} in its lane${d.lane_blocked ? ": the lane is blocked by a dead head" : ""}`, true]);
+    if (d.blocking) rows.push(["Blocks its lane", "Replay sends it again, still first; Discard lets the next one go", true]);
     if (d.finished_at) rows.push([d.status === "dead" ? "Died" : "Finished", stamp(d.finished_at), true]);
     if (d.status === "delivering" && d.worker) rows.push(["Worker", el("span", { class: "mono" }, d.worker), true]);
     $("d-summary").replaceChildren(...rows.flatMap(([k, v, wide]) => [el("dt", {}, k), el("dd", { class: wide ? "wide" : "" }, v)]));
@@ -670,6 +695,7 @@
     $("d-close").addEventListener("click", closeDrawer);
     $("scrim").addEventListener("click", closeDrawer);
     $("d-replay").addEventListener("click", (e) => state.drawerId && replay(state.drawerId, e.currentTarget));
+    $("d-discard").addEventListener("click", (e) => state.drawerId && discard(state.drawerId, e.currentTarget));
     document.addEventListener("keydown", (e) => {
       if (e.key === "Escape" && state.drawerId) closeDrawer();
     });

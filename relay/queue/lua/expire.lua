@@ -19,6 +19,12 @@
 -- ARGV[5] succeeded cutoff, ms: succeeded deliveries finished at or before it go ("-1": none)
 -- ARGV[6] dead cutoff, ms: dead deliveries that died at or before it go ("-1": none)
 -- ARGV[7] most deliveries to remove in this call
+-- KEYS[5] due (zset)   KEYS[6] queued index (zset)   KEYS[7] blocked lanes (zset)
+-- ARGV[8] lane key prefix (ShardKeys.lane_prefix)   ARGV[9] wake channel (ShardKeys.wake)
+--
+-- Ordered lanes: a delivery waiting in a lane is never expired (it is queued, in no
+-- finished set). A dead head that blocks its lane expires with the dead retention like
+-- any dead letter; its lane then goes on: the next one becomes pending, due now.
 --
 -- Returns {deliveries removed, events removed, 1 when the limit cut this call short else 0}
 local dlv_prefix = ARGV[1]
@@ -27,6 +33,26 @@ local evt_prefix = ARGV[3]
 local ep_prefix = ARGV[4]
 local budget = tonumber(ARGV[7])
 local removed, events, more = 0, 0, 0
+local lane_prefix = ARGV[8]
+local promoted = false
+
+-- The expiring `id` is its lane's (blocked) head: the lane goes on without it.
+local function lane_next(lane, id)
+  local lkey = lane_prefix .. lane
+  if redis.call("LINDEX", lkey, 0) ~= id then return end
+  redis.call("LPOP", lkey)
+  redis.call("ZREM", KEYS[7], lane)
+  local nxt = redis.call("LINDEX", lkey, 0)
+  if nxt then
+    local t = redis.call("TIME")
+    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "next_attempt_at", now,
+      "updated_at", now)
+    redis.call("ZREM", KEYS[6], nxt)
+    redis.call("ZADD", KEYS[5], now, nxt)
+    promoted = true
+  end
+end
 
 -- One command for many members or keys (in chunks: Lua's unpack has a stack limit).
 local function zrem_chunks(zkey, members)
@@ -59,7 +85,8 @@ local function sweep(zkey, cutoff)
   local doomed, by_endpoint, gone_events = {}, {}, {}
   for _, id in ipairs(ids) do
     local dkey = dlv_prefix .. id
-    local f = redis.call("HMGET", dkey, "event_id", "endpoint_id")
+    local f = redis.call("HMGET", dkey, "event_id", "endpoint_id", "lane")
+    if f[3] then lane_next(f[3], id) end
     doomed[#doomed + 1] = dkey
     doomed[#doomed + 1] = log_prefix .. id
     if f[2] then
@@ -89,4 +116,5 @@ end
 
 sweep(KEYS[1], tonumber(ARGV[5]))
 sweep(KEYS[2], tonumber(ARGV[6]))
+if promoted then redis.call("PUBLISH", ARGV[9], "due") end
 return {removed, events, more}

@@ -8,6 +8,7 @@
 -- KEYS[4]  due queue (zset)            ShardKeys.due
 -- KEYS[5]  deliveries index (zset)     ShardKeys.deliveries
 -- KEYS[6..5+2n] per delivery, two keys: ShardKeys.delivery(id), ShardKeys.endpoint_index(ep)
+-- KEYS[6+2n] queued index (zset)      ShardKeys.queued (ordered lanes: waiting behind a head)
 --
 -- ARGV[1]  "1" when an Idempotency-Key guards this publish
 -- ARGV[2]  idempotency value (JSON: body hash + first answer)
@@ -19,6 +20,15 @@
 -- ARGV[13] n, the number of deliveries
 -- ARGV[14..13+2n] per delivery, two values: delivery id, endpoint id
 -- ARGV[14+2n] endpoints left out because their filter erred (JSON list; "" for none)
+-- ARGV[15+2n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
+-- ARGV[16+2n..15+4n] (only with a lane prefix) per delivery, two values: its lane
+--          ("" unordered; else <endpoint_id> or <endpoint_id>:<ordering_key>) and
+--          "skip" | "block" (what its lane does when it goes dead)
+--
+-- Ordered lanes: an ordered delivery is appended to its lane (a list, publish order);
+-- only the lane's head is pending and in due; the others are "queued" (in the queued
+-- index, never in due, so claims never see them) until the one before them finishes
+-- (record.lua, reclaim.lua, discard.lua, expire.lua promote the next one).
 --
 -- The event hash keeps "live", the number of its deliveries still stored: expire.lua
 -- counts it down and removes the event with its last delivery.
@@ -54,16 +64,28 @@ end
 local head = redis.call("ZRANGE", KEYS[4], 0, 0, "WITHSCORES")
 local wake = (head[2] == nil) or (tonumber(head[2]) > now)
 
+local lane_prefix = ARGV[15 + 2 * n]
 for i = 1, n do
   local dkey = KEYS[4 + 2 * i]
   local ekey = KEYS[5 + 2 * i]
   local did = ARGV[12 + 2 * i]
   local eid = ARGV[13 + 2 * i]
+  local lane = lane_prefix ~= "" and ARGV[14 + 2 * n + 2 * i] or ""
+  local head = true
+  if lane ~= "" then  -- ordered: joins its lane; only the head goes to due
+    head = redis.call("RPUSH", lane_prefix .. lane, did) == 1
+    redis.call("HSET", dkey, "lane", lane, "on_dead", ARGV[15 + 2 * n + 2 * i])
+  end
   redis.call("HSET", dkey, "id", did, "event_id", ARGV[4], "endpoint_id", eid,
-    "app", ARGV[6], "type", ARGV[5], "status", "pending", "attempts", 0,
+    "app", ARGV[6], "type", ARGV[5], "status", head and "pending" or "queued", "attempts", 0,
     "max_attempts", ARGV[9], "created_at", created, "updated_at", now,
     "next_attempt_at", now, "log_n", 0)
-  redis.call("ZADD", KEYS[4], now, did)
+  if head then
+    redis.call("ZADD", KEYS[4], now, did)
+  else
+    redis.call("HDEL", dkey, "next_attempt_at")
+    redis.call("ZADD", KEYS[6 + 2 * n], created, did)
+  end
   redis.call("ZADD", KEYS[5], created, did)
   redis.call("ZADD", ekey, created, did)
 end

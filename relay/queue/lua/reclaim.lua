@@ -8,10 +8,15 @@
 --
 -- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] dead (zset)
 -- KEYS[4] shard stats (hash)                          ShardKeys.due/processing/dead/stats
+-- KEYS[5] queued index (zset)   KEYS[6] blocked lanes (zset)   ShardKeys.queued/blocked
 -- ARGV[1] delivery key prefix   ShardKeys.delivery_prefix  (relay:v1:{s0}:dlv:)
 -- ARGV[2] attempt log prefix    ShardKeys.log_prefix       (relay:v1:{s0}:log:)
 --         (the expired ids are only known in here; same hash tag, same slot)
 -- ARGV[3] limit   ARGV[4] wake channel (ShardKeys.wake)
+-- ARGV[5] lane key prefix (ShardKeys.lane_prefix)
+--
+-- Ordered lanes: a reclaimed head stays its lane's head (back in due, or, out of
+-- attempts, dead: then the lane moves on, or blocks, exactly as in record.lua).
 --
 -- Returns {reclaimed, sent_to_dead, id1, id2, ...}
 local t = redis.call("TIME")
@@ -19,8 +24,31 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local dlv_prefix = ARGV[1]
 local log_prefix = ARGV[2]
 local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", now, "LIMIT", 0, tonumber(ARGV[3]))
-local back, dead = 0, 0
+local back, dead, promoted = 0, 0, 0
 local res = {0, 0}
+local lane_prefix = ARGV[5]
+
+-- A head gone dead: its lane blocks ("on_dead" = "block") or the next one is due now.
+local function lane_dead(dkey, id)
+  local f = redis.call("HMGET", dkey, "lane", "on_dead")
+  if not f[1] then return end
+  local lane_key = lane_prefix .. f[1]
+  if redis.call("LINDEX", lane_key, 0) ~= id then return end
+  if f[2] == "block" then
+    redis.call("HSET", dkey, "blocking", "1")
+    redis.call("ZADD", KEYS[6], now, f[1])
+    return
+  end
+  redis.call("LPOP", lane_key)
+  local nxt = redis.call("LINDEX", lane_key, 0)
+  if nxt then
+    redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "next_attempt_at", now,
+      "updated_at", now)
+    redis.call("ZREM", KEYS[5], nxt)
+    redis.call("ZADD", KEYS[1], now, nxt)
+    promoted = promoted + 1
+  end
+end
 for _, id in ipairs(ids) do
   if redis.call("ZREM", KEYS[2], id) == 1 then
     local dkey = dlv_prefix .. id
@@ -38,6 +66,7 @@ for _, id in ipairs(ids) do
         redis.call("HDEL", dkey, "next_attempt_at")
         redis.call("ZADD", KEYS[3], now, id)
         dead = dead + 1
+        lane_dead(dkey, id)
       else
         redis.call("HSET", dkey, "status", "pending", "next_attempt_at", now)
         redis.call("ZADD", KEYS[1], now, id)
@@ -52,5 +81,5 @@ res[2] = dead
 if back + dead > 0 then
   redis.call("HINCRBY", KEYS[4], "reclaimed", back + dead)
 end
-if back > 0 then redis.call("PUBLISH", ARGV[4], "due") end
+if back + promoted > 0 then redis.call("PUBLISH", ARGV[4], "due") end
 return res

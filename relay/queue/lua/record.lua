@@ -8,12 +8,21 @@
 --
 -- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] succeeded (zset)   KEYS[4] dead (zset)
 -- KEYS[5..4+2n] per item, two keys: ShardKeys.delivery(id), ShardKeys.log(id) (a list)
+-- KEYS[5+2n] queued index (zset)   KEYS[6+2n] blocked lanes (zset)   ShardKeys.queued/blocked
 --
 -- ARGV[1] wake channel (ShardKeys.wake)   ARGV[2] n, the number of items
 -- ARGV[3..2+7n] per item, seven values: delivery id, claim token,
 --           outcome ("succeeded" | "retry" | "dead" | "defer"), retry delay ms,
 --           status code ("" for none), error ("" for none),
 --           attempt log entry: a JSON object without its "n" (and "fenced") field
+-- ARGV[3+7n] lane key prefix (ShardKeys.lane_prefix)
+-- ARGV[4+7n] delivery key prefix (ShardKeys.delivery_prefix), for the next one of a lane
+--
+-- Ordered lanes (a delivery hash with a "lane"): "retry" and "defer" keep it the head
+-- (back in due, its lane untouched). "succeeded" pops it off its lane and makes the next
+-- one pending and due now, in this same call; so does "dead", unless its lane blocks on
+-- a dead head ("on_dead" = "block"): then it stays the head, marked "blocking", and the
+-- lane is in the blocked set until a replay or discard (a deleted endpoint never blocks).
 --
 -- "defer" means no request was made (the endpoint is disabled or must be paced): the
 -- delivery goes back to due after the delay, its attempt refunded, nothing logged.
@@ -27,6 +36,40 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local res = {}
 local wake = false
 local n = tonumber(ARGV[2])
+local lane_prefix = ARGV[3 + 7 * n]
+local dlv_prefix = ARGV[4 + 7 * n]
+local queued = KEYS[5 + 2 * n]
+local blocked = KEYS[6 + 2 * n]
+
+-- The finished head `id` leaves its lane; the next one becomes pending, due now.
+local function lane_next(lane, id)
+  local lane_key = lane_prefix .. lane
+  if redis.call("LINDEX", lane_key, 0) ~= id then return end
+  redis.call("LPOP", lane_key)
+  redis.call("ZREM", blocked, lane)
+  local nxt = redis.call("LINDEX", lane_key, 0)
+  if nxt then
+    redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "next_attempt_at", now,
+      "updated_at", now)
+    redis.call("ZREM", queued, nxt)
+    local head = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
+    if head[2] == nil or tonumber(head[2]) > now then wake = true end
+    redis.call("ZADD", KEYS[1], now, nxt)
+  end
+end
+
+-- A head that reached succeeded or dead: promote the next one, or block the lane.
+local function lane_done(dkey, id, outcome, err)
+  local f = redis.call("HMGET", dkey, "lane", "on_dead")
+  if not f[1] or redis.call("LINDEX", lane_prefix .. f[1], 0) ~= id then return end
+  if outcome == "dead" and f[2] == "block" and err ~= "endpoint_deleted" then
+    redis.call("HSET", dkey, "blocking", "1")
+    redis.call("ZADD", blocked, now, f[1])
+  else
+    lane_next(f[1], id)
+  end
+end
+
 for i = 1, n do
   local dkey = KEYS[3 + 2 * i]
   local lkey = KEYS[4 + 2 * i]
@@ -72,10 +115,12 @@ for i = 1, n do
       redis.call("HSET", dkey, "finished_at", now)
       redis.call("HDEL", dkey, "next_attempt_at")
       redis.call("ZADD", KEYS[3], now, id)
+      lane_done(dkey, id, outcome, "")
     else
       redis.call("HSET", dkey, "finished_at", now)
       redis.call("HDEL", dkey, "next_attempt_at")
       redis.call("ZADD", KEYS[4], now, id)
+      lane_done(dkey, id, outcome, ARGV[b + 6])
     end
     res[i] = 1
   end

@@ -8,8 +8,14 @@
 --
 -- KEYS[1] due (zset)   KEYS[2] succeeded (zset)   KEYS[3] dead (zset)
 -- KEYS[4..3+n] delivery hashes, one per item   ShardKeys.delivery(id)
+-- KEYS[4+n] queued index (zset)   KEYS[5+n] blocked lanes (zset)   ShardKeys.queued/blocked
 -- ARGV[1] wake channel   ARGV[2] max attempts   ARGV[3] n, the number of items
 -- ARGV[4..3+n] delivery ids (same order as the hashes)
+-- ARGV[4+n] lane key prefix (ShardKeys.lane_prefix)
+--
+-- Ordered lanes: the dead head blocking its lane is retried in place, still the head
+-- (the lane unblocks and waits for it); any other replayed delivery of a lane goes to
+-- the back of it: pending and due if the lane is empty, else "queued" behind the rest.
 --
 -- Returns one value per item: "ok", or the status that made it not replayable
 -- ("" when the delivery does not exist).
@@ -18,6 +24,9 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local n = tonumber(ARGV[3])
 local res = {}
 local any = false
+local queued = KEYS[4 + n]
+local blocked = KEYS[5 + n]
+local lane_prefix = ARGV[4 + n]
 for i = 1, n do
   local dkey = KEYS[3 + i]
   local id = ARGV[3 + i]
@@ -29,7 +38,24 @@ for i = 1, n do
     redis.call("HSET", dkey, "status", "pending", "attempts", 0, "max_attempts", ARGV[2],
       "next_attempt_at", now, "updated_at", now, "replayed_at", now)
     redis.call("HINCRBY", dkey, "replays", 1)
-    redis.call("ZADD", KEYS[1], now, id)
+    local lane = redis.call("HGET", dkey, "lane")
+    local head = true
+    if lane then
+      local lane_key = lane_prefix .. lane
+      redis.call("HDEL", dkey, "blocking")
+      if redis.call("LINDEX", lane_key, 0) == id then
+        redis.call("ZREM", blocked, lane)  -- the blocked head, retried in place
+      else
+        head = redis.call("RPUSH", lane_key, id) == 1
+      end
+    end
+    if head then
+      redis.call("ZADD", KEYS[1], now, id)
+    else
+      redis.call("HSET", dkey, "status", "queued")
+      redis.call("HDEL", dkey, "next_attempt_at")
+      redis.call("ZADD", queued, redis.call("HGET", dkey, "created_at"), id)
+    end
     res[i] = "ok"
     any = true
   else
