@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
-from relay.domain import ids, matching, signing
+from relay.domain import ed25519, ids, matching, signing
 
 APP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 TYPE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-/]{0,255}$"
@@ -37,6 +37,8 @@ RESERVED_HEADERS = frozenset(
 App = Annotated[str, Field(pattern=APP_PATTERN, description="application (tenant) name")]
 # A delivery's status; "held": its endpoint is disabled, it waits until it is enabled again.
 Status = Literal["pending", "held", "delivering", "succeeded", "dead"]
+# How an endpoint's requests are signed: "v1," HMAC-SHA256 (whsec_) or "v1a," ed25519 (whsk_).
+Signing = Literal["hmac", "ed25519"]
 
 
 class Strict(BaseModel):
@@ -120,11 +122,22 @@ class EndpointIn(StrictBody):
     rate_limit: RateLimit = None
     max_in_flight: Annotated[int | None, Field(ge=1, le=10_000)] = None
     enabled: bool = True
+    signing: Signing = Field(
+        default="hmac",
+        description="hmac: v1 signatures with the whsec_ secret; ed25519: v1a signatures "
+        "with a private key relay makes and never shows (reads give its public_key, whpk_)",
+    )
 
     _url = field_validator("url")(_check_url)
     _headers = field_validator("headers")(_check_headers)
     _types = field_validator("event_types")(_check_types)
     _secret = field_validator("secret")(_check_secret)
+
+    @model_validator(mode="after")
+    def _secret_is_hmac(self) -> EndpointIn:
+        if self.signing == "ed25519" and self.secret is not None:
+            raise ValueError("secret is for hmac signing; relay makes the ed25519 key itself")
+        return self
 
 
 _NOT_NULLABLE = frozenset({"url", "app", "event_types", "description", "headers", "enabled"})
@@ -137,7 +150,7 @@ def endpoint_record(**fields: Any) -> dict[str, Any]:
     record = EndpointIn.model_validate(fields).model_dump()
     record.update(
         id=ids.new_id("ep"),
-        secret=record["secret"] or signing.generate_secret(),
+        secret=record["secret"] or new_secret(record["signing"]),
         previous_secrets=[],
         created_at=now,
         updated_at=now,
@@ -145,15 +158,39 @@ def endpoint_record(**fields: Any) -> dict[str, Any]:
     return record
 
 
+def new_secret(scheme: str) -> str:
+    """A fresh signing secret: ``whsec_`` (hmac) or a ``whsk_`` private key (ed25519)."""
+    return ed25519.generate_key() if scheme == "ed25519" else signing.generate_secret()
+
+
 def public_endpoint(endpoint: dict[str, Any], *, with_secret: bool = False) -> dict[str, Any]:
     """An endpoint as the API and CLI show it: no secrets unless asked for, and custom
     header values masked (operators put receiver credentials there; the API's
-    ``GET /v1/endpoints/{id}/headers`` shows them)."""
+    ``GET /v1/endpoints/{id}/headers`` shows them). An ed25519 endpoint shows its
+    ``public_key`` (and those of rotated-out keys still signing), never its private key,
+    even when asked for the secret."""
     out = {k: v for k, v in endpoint.items() if k not in ("secret", "previous_secrets")}
     out["headers"] = dict.fromkeys(endpoint.get("headers") or {}, HEADER_MASK)
-    if with_secret:
+    out["signing"] = endpoint.get("signing", "hmac")
+    if out["signing"] == "ed25519":
+        out.update(public_keys(endpoint))
+    elif with_secret:
         out["secret"] = endpoint["secret"]
     return out
+
+
+def public_keys(endpoint: dict[str, Any], now_ms: int | None = None) -> dict[str, Any]:
+    """An ed25519 endpoint's ``public_key`` and ``previous_public_keys`` (the rotated-out
+    keys still signing, each with ``expires_at``): what receivers verify with."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return {
+        "public_key": ed25519.public_key(endpoint["secret"]),
+        "previous_public_keys": [
+            {"public_key": ed25519.public_key(p["secret"]), "expires_at": p["expires_at"]}
+            for p in endpoint.get("previous_secrets", ())
+            if p["expires_at"] > now
+        ],
+    }
 
 
 class EndpointPatch(StrictBody):

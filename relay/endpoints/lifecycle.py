@@ -24,8 +24,7 @@ from typing import Any
 
 import structlog
 
-from relay.domain import signing
-from relay.domain.schema import endpoint_record
+from relay.domain.schema import endpoint_record, new_secret
 from relay.endpoints.health import Health, Settled
 from relay.queue.keys import ShardKeys
 from relay.queue.store import Store
@@ -99,9 +98,8 @@ class Lifecycle:
                     raise RotationTooSoon(last + ROTATION_INTERVAL_MS - now)
             previous.append({"secret": endpoint["secret"], "expires_at": now + ROTATION_GRACE_MS})
             previous = sorted(previous, key=lambda p: p["expires_at"])[-MAX_PREVIOUS_SECRETS:]
-            endpoint.update(
-                secret=signing.generate_secret(), previous_secrets=previous, updated_at=now
-            )
+            fresh = new_secret(endpoint.get("signing", "hmac"))  # same scheme
+            endpoint.update(secret=fresh, previous_secrets=previous, updated_at=now)
             return endpoint
 
         done = await self.store.update_endpoint(endpoint_id, rotated)
