@@ -9,6 +9,7 @@ sent are decided in one place. The write itself is one script (``publish.lua``):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import time
@@ -20,10 +21,13 @@ from typing import Any
 import orjson
 
 from relay.domain import ids, matching, signing
+from relay.domain.eventtypes import SchemaInvalid, payload_error
 from relay.domain.schema import EventIn
+from relay.endpoints import catalog
 from relay.queue.store import Store
 
 EndpointSource = Callable[[str], Awaitable[list[dict[str, Any]]]]
+EventTypeSource = Callable[[str], Awaitable[catalog.Known | None]]
 
 
 class PublishError(Exception):
@@ -32,9 +36,10 @@ class PublishError(Exception):
     status = 422
     code = "publish_refused"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.message = message
+        self.extra = extra  # more fields of the error answer (payload_invalid: path)
 
 
 class PayloadTooLarge(PublishError):
@@ -45,6 +50,24 @@ class PayloadTooLarge(PublishError):
 class UnknownEndpoints(PublishError):
     status = 422
     code = "unknown_endpoint"
+
+
+class PayloadInvalid(PublishError):
+    """The payload does not match its event type's JSON Schema (``path``: where)."""
+
+    code = "payload_invalid"
+
+
+class UnknownEventType(PublishError):
+    """``RELAY_EVENT_TYPES_STRICT=1`` and the type is not in the catalog."""
+
+    code = "unknown_event_type"
+
+
+class EventTypeSchemaInvalid(PublishError):
+    """The type's stored schema cannot be applied (a ``$ref`` resolving to nothing)."""
+
+    code = "schema_invalid"
 
 
 class IdempotencyKeyReused(PublishError):
@@ -87,13 +110,42 @@ def fingerprint(event: EventIn) -> str:
 
 
 class Publisher:
-    """Publishes events into one store. ``endpoints_for_app`` defaults to a Redis read;
-    the API passes its endpoint cache."""
+    """Publishes events into one store. ``endpoints_for_app`` and ``event_types``
+    default to Redis reads; the API passes its endpoint and event type caches."""
 
-    def __init__(self, store: Store, endpoints_for_app: EndpointSource | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        endpoints_for_app: EndpointSource | None = None,
+        event_types: EventTypeSource | None = None,
+    ) -> None:
         self.store = store
         self.settings = store.settings
         self._endpoints_for_app = endpoints_for_app or store.list_endpoints
+        self._event_type = event_types or functools.partial(catalog.lookup, store)
+
+    async def check_type(self, event: EventIn) -> bool:
+        """Hold the event to the catalog: its payload to the type's schema, an unknown type
+        refused in strict mode. Returns True when the type is deprecated (still accepted)."""
+        known = await self._event_type(event.type)
+        if known is None:
+            if self.settings.event_types_strict:
+                raise UnknownEventType(
+                    f"event type {event.type} is not in the catalog (RELAY_EVENT_TYPES_STRICT=1)"
+                )
+            return False
+        if known.validator is not None:
+            try:
+                error = payload_error(known.validator, event.payload)
+            except SchemaInvalid as exc:
+                raise EventTypeSchemaInvalid(str(exc)) from None
+            if error is not None:
+                path, why = error
+                raise PayloadInvalid(
+                    f"payload does not match the schema of {event.type}: {path}: {why}",
+                    path=path,
+                )
+        return known.deprecated
 
     async def publish(self, event: EventIn, *, idempotency_key: str | None = None) -> Published:
         """Store ``event`` with one delivery per target endpoint; raises a
@@ -102,19 +154,22 @@ class Publisher:
         limit = self.settings.max_payload_bytes
         if len(payload_json) > limit:
             raise PayloadTooLarge(f"payload is {len(payload_json)} bytes; the limit is {limit}")
+        deprecated = await self.check_type(event)
         targets = select_targets(await self._endpoints_for_app(event.app), event)
 
         shard = shard_for(event.app, idempotency_key, self.settings.shards)
         now_ms = int(time.time() * 1000)
         event_id = ids.new_id("evt", shard, now_ms)
         deliveries = [(ids.new_id("dlv", shard, now_ms), e["id"]) for e in targets]
-        answer = {
+        answer: dict[str, Any] = {
             "id": event_id,
             "type": event.type,
             "app": event.app,
             "created_at": signing.rfc3339_ms(now_ms),
             "deliveries": [{"id": d, "endpoint_id": e} for d, e in deliveries],
         }
+        if deprecated:  # accepted; said so, and only then (the answer is otherwise unchanged)
+            answer["type_deprecated"] = True
         guard, mark = None, ""
         if idempotency_key is not None:
             mark = fingerprint(event)

@@ -93,6 +93,8 @@ class Settings:
     breaker_cooldown_max: float = 3600.0
     disable_after: float = 5 * 86400.0
     slow_send_after: float = 1.0
+    # The event type catalog: 1 refuses events (and endpoint subscriptions) of unknown types
+    event_types_strict: bool = False
     # The Postgres outbox connector (`relay outbox`, relay/connectors/)
     outbox_dsn: str = ""
     outbox_table: str = "relay_outbox"
@@ -238,6 +240,7 @@ class Settings:
         convert("BREAKER_COOLDOWN_MAX", "breaker_cooldown_max", _positive_duration)
         convert("DISABLE_AFTER", "disable_after", _positive_duration)
         convert("SLOW_SEND_AFTER", "slow_send_after", _positive_duration)
+        convert("EVENT_TYPES_STRICT", "event_types_strict", flag)
         convert("LOG_FORMAT", "log_format", _log_format)
         convert("LOG_LEVEL", "log_level", str.lower)
         convert("WORKER_ID", "worker_id", str)

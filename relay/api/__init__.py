@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from relay.api import deliveries, endpoints, events, ops, rawerrors, ui  # noqa: F401
+from relay.api import deliveries, endpoints, events, eventtypes, ops, rawerrors, ui  # noqa: F401
 from relay.api.common import (
     ENDPOINT_CACHE,
+    EVENT_TYPE_CACHE,
     PUBLISHER,
     ROUTES,
     SETTINGS,
@@ -18,6 +19,7 @@ from relay.api.common import (
     errors_and_auth,
 )
 from relay.endpoints.cache import EndpointCache
+from relay.endpoints.catalog import EventTypeCache
 from relay.publishing import Publisher
 from relay.queue.store import Store, connect
 from relay.settings import Settings
@@ -39,7 +41,10 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
         app[STORE] = store or Store(connect(settings), settings)
         await app[STORE].start()
         app[ENDPOINT_CACHE] = EndpointCache(app[STORE])
-        app[PUBLISHER] = Publisher(app[STORE], app[ENDPOINT_CACHE].endpoints_for_app)
+        app[EVENT_TYPE_CACHE] = EventTypeCache(app[STORE], app[ENDPOINT_CACHE])
+        app[PUBLISHER] = Publisher(
+            app[STORE], app[ENDPOINT_CACHE].endpoints_for_app, app[EVENT_TYPE_CACHE].lookup
+        )
         listener = asyncio.create_task(app[ENDPOINT_CACHE].run(), name="relay-endpoint-cache")
         yield
         listener.cancel()

@@ -20,6 +20,7 @@ from relay.api.models import (
     SecretOut,
 )
 from relay.domain.schema import public_endpoint, public_keys
+from relay.endpoints.catalog import UnknownEventTypes
 from relay.endpoints.health import Health, previous_secret_expires_at
 from relay.endpoints.lifecycle import Lifecycle, RotationTooSoon
 
@@ -44,7 +45,10 @@ async def load(request: web.Request) -> dict[str, Any]:
 )
 async def create(request: web.Request) -> web.Response:
     data, _ = await body(request, EndpointIn)
-    endpoint = await Lifecycle(request.app[STORE]).create(data.model_dump())
+    try:
+        endpoint = await Lifecycle(request.app[STORE]).create(data.model_dump())
+    except UnknownEventTypes as exc:
+        raise ApiError(422, "unknown_event_type", str(exc)) from None
     return json(public_endpoint(endpoint, with_secret=True), status=201)
 
 
@@ -114,7 +118,10 @@ async def patch(request: web.Request) -> web.Response:
     await load(request)
     data, _ = await body(request, EndpointPatch)
     changes = data.model_dump(exclude_unset=True)
-    endpoint = await Lifecycle(request.app[STORE]).update(request.match_info["id"], changes)
+    try:
+        endpoint = await Lifecycle(request.app[STORE]).update(request.match_info["id"], changes)
+    except UnknownEventTypes as exc:
+        raise ApiError(422, "unknown_event_type", str(exc)) from None
     if endpoint is None:
         raise not_found(request)
     return json((await with_breakers(request, [endpoint]))[0])

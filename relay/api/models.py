@@ -103,6 +103,9 @@ class EventOut(BaseModel):
     app: str
     created_at: str = Field(description="RFC 3339")
     deliveries: list[DeliveryRef]
+    type_deprecated: bool | None = Field(
+        default=None, description="true when the event type is deprecated in the catalog"
+    )
 
 
 class EventDetail(EventOut):
@@ -241,6 +244,12 @@ class ErrorOut(BaseModel):
     )
     current_status: Status | None = Field(
         default=None, description="delivery_not_replayable: the delivery's status now"
+    )
+    path: str | None = Field(
+        default=None, description="payload_invalid: where the payload fails, e.g. $.amount"
+    )
+    endpoint_ids: list[str] | None = Field(
+        default=None, description="event_type_in_use: the endpoints subscribing to it"
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 
 from relay.domain.schema import endpoint_record, new_secret
+from relay.endpoints.catalog import Catalog
 from relay.endpoints.health import Health, Settled
 from relay.queue.keys import ShardKeys
 from relay.queue.store import Store
@@ -57,13 +58,18 @@ class Lifecycle:
         self.health = health if health is not None else Health(store)
 
     async def create(self, fields: Mapping[str, Any]) -> dict[str, Any]:
-        """A new endpoint from validated fields (its id and, when absent, its secret made)."""
+        """A new endpoint from validated fields (its id and, when absent, its secret made).
+        Strict mode: raises ``UnknownEventTypes`` for subscriptions outside the catalog."""
         endpoint = endpoint_record(**fields)
+        await Catalog(self.store).check_subscriptions(endpoint["event_types"])
         await self.store.put_endpoint(endpoint)
         return endpoint
 
     async def update(self, endpoint_id: str, changes: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Apply validated changes; re-enabling resumes held deliveries. None: no such one."""
+        """Apply validated changes; re-enabling resumes held deliveries. None: no such one.
+        Strict mode: raises ``UnknownEventTypes`` for subscriptions outside the catalog."""
+        if changes.get("event_types") is not None:
+            await Catalog(self.store).check_subscriptions(changes["event_types"])
 
         def apply(endpoint: dict[str, Any]) -> dict[str, Any]:
             endpoint.update(changes, updated_at=int(time.time() * 1000))

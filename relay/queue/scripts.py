@@ -60,6 +60,8 @@ NAMES = (
     "hold",
     "resume",
     "expire",
+    "event_type_put",
+    "event_type_delete",
 )
 # Refusals that mean "this script did not run: the slot is moving or the cluster is
 # re-forming" (ClusterError covers redis-py's "TTL exhausted" after its own redirects
