@@ -213,3 +213,22 @@ async def test_own_write_is_seen_by_the_next_lookup(make_store: Any) -> None:
     known = await cache.lookup("order.paid")
     assert known is not None and known.validator is not None
     assert not known.validator.is_valid({"order": 1})
+
+
+async def test_publisher_without_a_cache_reads_the_catalog(make_store: Any) -> None:
+    """Other publishers (the outbox connector) use the uncached read: same checks."""
+    from relay.domain.schema import EventIn
+    from relay.publishing import PayloadInvalid, Publisher, UnknownEventType
+
+    store: Store = await make_store()
+    record = {"name": "order.paid", "description": "", "schema": ORDER, "deprecated": True}
+    assert await store.put_event_type(record)
+    publisher = Publisher(store)
+    with pytest.raises(PayloadInvalid) as refused:
+        await publisher.publish(EventIn(type="order.paid", payload={"order": 1}))
+    assert refused.value.extra == {"path": "$.amount"}
+    done = await publisher.publish(EventIn(type="order.paid", payload={"order": 1, "amount": 2}))
+    assert done.answer["type_deprecated"] is True
+    strict = Publisher(await make_store(event_types_strict=True))
+    with pytest.raises(UnknownEventType):
+        await strict.publish(EventIn(type="order.other", payload={}))
