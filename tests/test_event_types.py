@@ -232,3 +232,12 @@ async def test_publisher_without_a_cache_reads_the_catalog(make_store: Any) -> N
     strict = Publisher(await make_store(event_types_strict=True))
     with pytest.raises(UnknownEventType):
         await strict.publish(EventIn(type="order.other", payload={}))
+
+
+def test_strict_mode_is_read_from_the_environment() -> None:
+    from relay.settings import Settings, SettingsError
+
+    assert Settings.from_env({}).event_types_strict is False
+    assert Settings.from_env({"RELAY_EVENT_TYPES_STRICT": "1"}).event_types_strict is True
+    with pytest.raises(SettingsError):
+        Settings.from_env({"RELAY_EVENT_TYPES_STRICT": "maybe"})
