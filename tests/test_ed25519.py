@@ -170,3 +170,14 @@ def test_private_key_parsing() -> None:
     assert ed25519.public_key(libsodium) == ed25519.public_key(key)
     for bad in ("whsec_" + key[5:], "whsk_!!", "whsk_" + base64.b64encode(b"x" * 31).decode()):
         assert not ed25519.is_valid_key(bad)
+
+
+def test_the_demo_receivers_check_accepts_relays_signature_only() -> None:
+    key = ed25519.generate_key()
+    header = ed25519.sign([ed25519.generate_key(), key], "evt_1", 1700000000, b"{}")
+    public = ed25519.public_key(key)
+    assert ed25519.verify(public, "evt_1", "1700000000", b"{}", header)
+    assert not ed25519.verify(public, "evt_1", "1700000001", b"{}", header)
+    assert not ed25519.verify(public, "evt_1", "1700000000", b"{} ", header)
+    assert not ed25519.verify("whpk_nope", "evt_1", "1700000000", b"{}", header)
+    assert not ed25519.verify(public, "evt_1", "1700000000", b"{}", "v1,abc v1a,!!")
