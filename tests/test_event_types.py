@@ -241,3 +241,21 @@ def test_strict_mode_is_read_from_the_environment() -> None:
     assert Settings.from_env({"RELAY_EVENT_TYPES_STRICT": "1"}).event_types_strict is True
     with pytest.raises(SettingsError):
         Settings.from_env({"RELAY_EVENT_TYPES_STRICT": "maybe"})
+
+
+async def test_a_retry_of_an_accepted_publish_gets_its_first_answer_after_the_schema_changed(
+    make_store: Any, make_api: Any
+) -> None:
+    """Seen failing: without Publisher._first_answer the retry is 422 payload_invalid."""
+    store = await make_store()
+    api = await make_api(store)
+    await call(api, "POST", "/v1/event-types", 201, json={"name": "order.paid", "schema": ORDER})
+    key = {"Idempotency-Key": "order-7"}
+    first = await publish(api, {"order": 7, "amount": 1}, 201, headers=key)
+    stricter = {**ORDER, "required": ["order", "amount", "currency"]}
+    await call(api, "PATCH", "/v1/event-types/order.paid", 200, json={"schema": stricter})
+    assert await publish(api, {"order": 7, "amount": 1}, 200, headers=key) == first
+    # a new key, or the same key with another body, is held to the new schema
+    got = await publish(api, {"order": 7, "amount": 1}, 422, headers={"Idempotency-Key": "k2"})
+    assert got["path"] == "$.currency"
+    assert (await publish(api, {"order": 8, "amount": 1}, 422, headers=key))["path"] == "$.currency"
