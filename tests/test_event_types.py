@@ -259,3 +259,27 @@ async def test_a_retry_of_an_accepted_publish_gets_its_first_answer_after_the_sc
     got = await publish(api, {"order": 7, "amount": 1}, 422, headers={"Idempotency-Key": "k2"})
     assert got["path"] == "$.currency"
     assert (await publish(api, {"order": 8, "amount": 1}, 422, headers=key))["path"] == "$.currency"
+
+
+async def test_the_catalog_on_a_cluster(cluster_store: Any, make_api: Any) -> None:
+    """The catalog's scripts and reads on a real 3-master Redis Cluster (one slot: {cfg}),
+    with an ed25519 endpoint beside it."""
+    store: Store = await cluster_store(event_types_strict=True)
+    api = await make_api(store)
+    await call(api, "POST", "/v1/event-types", 201, json={"name": "order.paid", "schema": ORDER})
+    ep = await call(
+        api,
+        "POST",
+        "/v1/endpoints",
+        201,
+        json={"url": "http://127.0.0.1:9/", "event_types": ["order.*"], "signing": "ed25519"},
+    )
+    assert ep["public_key"].startswith("whpk_")
+    await call(api, "PATCH", "/v1/event-types/order.paid", 200, json={"deprecated": True})
+    assert (await publish(api, {"order": 1}, 422))["path"] == "$.amount"
+    done = await publish(api, {"order": 1, "amount": 2}, 201)
+    assert done["type_deprecated"] is True and len(done["deliveries"]) == 1
+    assert (await publish(api, {}, 422, type_="order.other"))["error"] == "unknown_event_type"
+    await call(api, "DELETE", f"/v1/endpoints/{ep['id']}", 204)
+    await call(api, "DELETE", "/v1/event-types/order.paid", 204)
+    assert await store.list_event_types() == []
