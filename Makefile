@@ -26,7 +26,7 @@ test: $(STAMP) lint
 	$(BIN)/pytest -q
 
 screenshots: $(STAMP)
-	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/test_browser.py
+	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/test_browser.py tests/test_browser_types.py
 
 crash: $(STAMP)
 	$(BIN)/python scripts/crash.py
@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/outbox.py
 	$(BIN)/python bench/ack.py
 	$(BIN)/python bench/filters.py
+	$(BIN)/python bench/crypto.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache

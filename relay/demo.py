@@ -7,17 +7,33 @@ import time
 import click
 from aiohttp import web
 
-from relay.domain import signing
+from relay.domain import ed25519, signing
 
 
-def run_receiver(*, port: int, status: int, secret: str | None, host: str = "127.0.0.1") -> None:
+def run_receiver(
+    *,
+    port: int,
+    status: int,
+    secret: str | None,
+    host: str = "127.0.0.1",
+    public_key: str | None = None,
+) -> None:
     key = signing.secret_bytes(secret) if secret else None
 
     async def handle(request: web.Request) -> web.Response:
         body = await request.read()
         h = request.headers
-        verdict = "not checked (pass --secret)"
-        if key is not None:
+        verdict = "not checked (pass --secret or --public-key)"
+        if public_key is not None:
+            ok = ed25519.verify(
+                public_key,
+                h.get("webhook-id", ""),
+                h.get("webhook-timestamp", ""),
+                body,
+                h.get("webhook-signature", ""),
+            )
+            verdict = "valid (v1a)" if ok else "INVALID"
+        elif key is not None:
             expected = signing.sign(
                 [key], h.get("webhook-id", ""), int(h.get("webhook-timestamp", "0")), body
             ).split(",", 1)[1]

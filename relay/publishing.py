@@ -9,6 +9,7 @@ sent are decided in one place. The write itself is one script (``publish.lua``):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -18,10 +19,13 @@ from typing import Any
 import orjson
 
 from relay.domain import filters, ids, matching, ordering, signing
+from relay.domain.eventtypes import SchemaInvalid, payload_error
 from relay.domain.schema import EventIn
+from relay.endpoints import catalog
 from relay.queue.store import Store
 
 EndpointSource = Callable[[str], Awaitable[list[dict[str, Any]]]]
+EventTypeSource = Callable[[str], Awaitable[catalog.Known | None]]
 
 
 class PublishError(Exception):
@@ -30,9 +34,10 @@ class PublishError(Exception):
     status = 422
     code = "publish_refused"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.message = message
+        self.extra = extra  # more fields of the error answer (payload_invalid: path)
 
 
 class PayloadTooLarge(PublishError):
@@ -43,6 +48,24 @@ class PayloadTooLarge(PublishError):
 class UnknownEndpoints(PublishError):
     status = 422
     code = "unknown_endpoint"
+
+
+class PayloadInvalid(PublishError):
+    """The payload does not match its event type's JSON Schema (``path``: where)."""
+
+    code = "payload_invalid"
+
+
+class UnknownEventType(PublishError):
+    """``RELAY_EVENT_TYPES_STRICT=1`` and the type is not in the catalog."""
+
+    code = "unknown_event_type"
+
+
+class EventTypeSchemaInvalid(PublishError):
+    """The type's stored schema cannot be applied (a ``$ref`` resolving to nothing)."""
+
+    code = "schema_invalid"
 
 
 class IdempotencyKeyReused(PublishError):
@@ -88,20 +111,58 @@ def fingerprint(event: EventIn) -> str:
 
 
 class Publisher:
-    """Publishes events into one store. ``endpoints_for_app`` defaults to a Redis read;
-    the API passes its endpoint cache."""
+    """Publishes events into one store. ``endpoints_for_app`` and ``event_types``
+    default to Redis reads; the API passes its endpoint and event type caches."""
 
     def __init__(
         self,
         store: Store,
         endpoints_for_app: EndpointSource | None = None,
+        event_types: EventTypeSource | None = None,
         programs: filters.ProgramCache | None = None,
     ) -> None:
         self.store = store
         self.settings = store.settings
         self._endpoints_for_app = endpoints_for_app or store.list_endpoints
+        self._event_type = event_types or functools.partial(catalog.lookup, store)
         # compiled payload filters (the API passes its endpoint cache's)
         self.programs = programs if programs is not None else filters.ProgramCache()
+
+    async def _first_answer(self, event: EventIn, idempotency_key: str | None) -> Published | None:
+        """The first answer for this key and the same body, if there was one."""
+        if idempotency_key is None:
+            return None
+        shard = shard_for(event.app, idempotency_key, self.settings.shards)
+        raw = await self.store.get_idempotency(shard, event.app, idempotency_key)
+        if raw is None:
+            return None
+        first = orjson.loads(raw)
+        return (
+            Published(first["answer"], created=False) if first["h"] == fingerprint(event) else None
+        )
+
+    async def check_type(self, event: EventIn) -> bool:
+        """Hold the event to the catalog: its payload to the type's schema, an unknown type
+        refused in strict mode. Returns True when the type is deprecated (still accepted)."""
+        known = await self._event_type(event.type)
+        if known is None:
+            if self.settings.event_types_strict:
+                raise UnknownEventType(
+                    f"event type {event.type} is not in the catalog (RELAY_EVENT_TYPES_STRICT=1)"
+                )
+            return False
+        if known.validator is not None:
+            try:
+                error = payload_error(known.validator, event.payload)
+            except SchemaInvalid as exc:
+                raise EventTypeSchemaInvalid(str(exc)) from None
+            if error is not None:
+                path, why = error
+                raise PayloadInvalid(
+                    f"payload does not match the schema of {event.type}: {path}: {why}",
+                    path=path,
+                )
+        return known.deprecated
 
     async def publish(self, event: EventIn, *, idempotency_key: str | None = None) -> Published:
         """Store ``event`` with one delivery per target endpoint; raises a
@@ -110,6 +171,15 @@ class Publisher:
         limit = self.settings.max_payload_bytes
         if len(payload_json) > limit:
             raise PayloadTooLarge(f"payload is {len(payload_json)} bytes; the limit is {limit}")
+        try:
+            deprecated = await self.check_type(event)
+        except PublishError:
+            # A retry of a publish that was accepted before the catalog changed (a stricter
+            # schema, a deleted type in strict mode) still gets its first answer.
+            first = await self._first_answer(event, idempotency_key)
+            if first is None:
+                raise
+            return first
         targets = select_targets(await self._endpoints_for_app(event.app), event)
         targets, filtered = filters.narrow(
             targets, event.payload, event.type, event.app, self.programs
@@ -126,7 +196,7 @@ class Publisher:
         lane_args = [
             (lane or "", ordering.on_dead(e)) for e, lane in zip(targets, lanes, strict=True)
         ]
-        answer = {
+        answer: dict[str, Any] = {
             "id": event_id,
             "type": event.type,
             "app": event.app,
@@ -135,6 +205,8 @@ class Publisher:
         }
         if filtered:
             answer["filtered"] = filtered
+        if deprecated:  # accepted; said so, and only then (the answer is otherwise unchanged)
+            answer["type_deprecated"] = True
         guard, mark = None, ""
         if idempotency_key is not None:
             mark = fingerprint(event)

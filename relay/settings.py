@@ -96,6 +96,8 @@ class Settings:
     # Reconciliation replay jobs (relay/ops/replays.py), advanced by the workers
     replay_outstanding: int = 100  # a job's replayed, unfinished deliveries per endpoint
     replay_lease: float = 15.0  # a worker's lease on a job; another takes over after it
+    # The event type catalog: 1 refuses events (and endpoint subscriptions) of unknown types
+    event_types_strict: bool = False
     # The Postgres outbox connector (`relay outbox`, relay/connectors/)
     outbox_dsn: str = ""
     outbox_table: str = "relay_outbox"
@@ -243,6 +245,7 @@ class Settings:
         convert("SLOW_SEND_AFTER", "slow_send_after", _positive_duration)
         convert("REPLAY_OUTSTANDING", "replay_outstanding", _positive_int)
         convert("REPLAY_LEASE", "replay_lease", _positive_duration)
+        convert("EVENT_TYPES_STRICT", "event_types_strict", flag)
         convert("LOG_FORMAT", "log_format", _log_format)
         convert("LOG_LEVEL", "log_level", str.lower)
         convert("WORKER_ID", "worker_id", str)

@@ -443,6 +443,16 @@ async def lifecycle(store: Store) -> None:
     assert await store.delete_endpoint(other)  # endpoint_delete
     await store.delete_endpoint_state(shop["id"])
 
+    # the event type catalog (issue 16)
+    paid = {"name": "order.paid", "description": "", "schema": None, "deprecated": False}
+    assert await store.put_event_type(paid)  # event_type_put, create
+    raw = await store.get_event_type_raw("order.paid")
+    assert await store.put_event_type({**paid, "deprecated": True}, expected=raw)  # CAS
+    assert (await store.get_event_type("order.paid") or {})["deprecated"]
+    assert await store.event_type_names() == ["order.paid"]
+    await store.list_event_types()
+    assert await store.delete_event_type("order.paid")  # event_type_delete
+
 
 @pytest.mark.realredis
 async def test_every_key_the_scripts_touch_is_built_by_keys_py(tmp_path: Path) -> None:

@@ -269,6 +269,7 @@ async def test_every_documented_answer_matches(
     await check("GET", "/openapi.json", 200, session=anon)
     text = await check("GET", "/metrics", 200, session=anon)
     assert b"relay_deliveries_total" in text
+    await event_type_answers(check, anon, big, receiver.url)
     check.seen |= await readyz_unavailable(doc)
     await Worker(store, store.settings).run(asyncio.Event(), burst=True)  # replayed ones again
     spare = await check("POST", "/v1/endpoints", 201, json={"url": receiver.url + "/s"})
@@ -343,6 +344,10 @@ async def replication_unconfirmed(
         ("DELETE", "/v1/endpoints/{id}", f"/v1/endpoints/{spare}", {}),
         ("POST", "/v1/endpoints", "/v1/endpoints", {"json": {"url": "http://127.0.0.1:9/x"}}),
         ("POST", "/v1/events", "/v1/events", {"json": event, "headers": {"Idempotency-Key": "u"}}),
+        # the event type catalog (issue 16): event_type_answers left "spare.type" behind
+        ("POST", "/v1/event-types", "/v1/event-types", {"json": {"name": "another.type"}}),
+        ("PATCH", "/v1/event-types/{name}", "/v1/event-types/spare.type", {"json": {}}),
+        ("DELETE", "/v1/event-types/{name}", "/v1/event-types/spare.type", {}),
     ]
     for method, template, path, kw in calls:
         data = await check(method, template, 503, path=path, **kw)
@@ -353,3 +358,50 @@ async def replication_unconfirmed(
 
 def json_type() -> dict[str, str]:
     return {"Content-Type": "application/json"}
+
+
+async def event_type_answers(check: Checker, anon: Any, big: bytes, url: str) -> None:
+    """The event type catalog and ed25519 endpoints (issue 16), every answer documented."""
+    schema = {"type": "object", "required": ["amount"]}
+    col, one = "/v1/event-types", "/v1/event-types/{name}"
+    await check("POST", col, 201, json={"name": "invoice.paid", "schema": schema})
+    await check("POST", col, 201, json={"name": "spare.type"})
+    await check("POST", col, 409, json={"name": "invoice.paid"})
+    await check("POST", col, 422, json={"name": "x.y", "schema": {"type": 1}})
+    await check("POST", col, 400, data=b"{", headers=json_type())
+    await check("POST", col, 413, data=big, headers=json_type())
+    await check("POST", col, 401, json={"name": "x.y"}, session=anon)
+    await check("GET", col, 200)
+    await check("GET", col, 401, session=anon)
+    await check("GET", one, 200, path="/v1/event-types/invoice.paid")
+    await check("GET", one, 404, path="/v1/event-types/invoice.nope")
+    await check("GET", one, 401, path="/v1/event-types/invoice.paid", session=anon)
+    paid = "/v1/event-types/invoice.paid"
+    await check("PATCH", one, 200, path=paid, json={"deprecated": True})
+    await check("PATCH", one, 404, path="/v1/event-types/invoice.nope", json={})
+    await check("PATCH", one, 422, path=paid, json={"schema": {"type": 1}})
+    await check("PATCH", one, 400, path=paid, data=b"[", headers=json_type())
+    await check("PATCH", one, 413, path=paid, data=big, headers=json_type())
+    await check("PATCH", one, 401, path=paid, json={}, session=anon)
+    ep = await check(
+        "POST", "/v1/endpoints", 201, json={"url": url, "event_types": ["invoice.paid"]}
+    )
+    await check("DELETE", one, 409, path=paid)
+    await check("DELETE", one, 404, path="/v1/event-types/invoice.nope")
+    await check("DELETE", one, 401, path=paid, session=anon)
+    # publish against it: payload_invalid names the path; a deprecated type says so
+    bad = await check("POST", "/v1/events", 422, json={"type": "invoice.paid", "payload": {}})
+    assert bad["error"] == "payload_invalid" and bad["path"] == "$.amount"
+    done = await check(
+        "POST", "/v1/events", 201, json={"type": "invoice.paid", "payload": {"amount": 1}}
+    )
+    assert done["type_deprecated"] is True
+    await check("DELETE", "/v1/endpoints/{id}", 204, path=f"/v1/endpoints/{ep['id']}")
+    await check("DELETE", one, 204, path=paid)
+    # an ed25519 endpoint: its reads show public keys, documented like every other field
+    ed = await check("POST", "/v1/endpoints", 201, json={"url": url, "signing": "ed25519"})
+    await check("GET", "/v1/endpoints/{id}", 200, path=f"/v1/endpoints/{ed['id']}")
+    await check("GET", "/v1/endpoints/{id}/secret", 200, path=f"/v1/endpoints/{ed['id']}/secret")
+    rotate = "/v1/endpoints/{id}/rotate-secret"
+    await check("POST", rotate, 200, path=f"/v1/endpoints/{ed['id']}/rotate-secret")
+    await check("GET", "/v1/endpoints/{id}", 200, path=f"/v1/endpoints/{ed['id']}")

@@ -8,9 +8,19 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from relay.api import deliveries, endpoints, events, ops, rawerrors, replays, ui  # noqa: F401
+from relay.api import (  # noqa: F401
+    deliveries,
+    endpoints,
+    events,
+    eventtypes,
+    ops,
+    rawerrors,
+    replays,
+    ui,
+)
 from relay.api.common import (
     ENDPOINT_CACHE,
+    EVENT_TYPE_CACHE,
     PUBLISHER,
     ROUTES,
     SETTINGS,
@@ -18,6 +28,7 @@ from relay.api.common import (
     errors_and_auth,
 )
 from relay.endpoints.cache import EndpointCache
+from relay.endpoints.catalog import EventTypeCache
 from relay.publishing import Publisher
 from relay.queue.store import Store, connect
 from relay.settings import Settings
@@ -40,7 +51,10 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
         await app[STORE].start()
         app[ENDPOINT_CACHE] = EndpointCache(app[STORE])
         cache = app[ENDPOINT_CACHE]
-        app[PUBLISHER] = Publisher(app[STORE], cache.endpoints_for_app, cache.programs)
+        app[EVENT_TYPE_CACHE] = EventTypeCache(app[STORE], cache)
+        app[PUBLISHER] = Publisher(
+            app[STORE], cache.endpoints_for_app, app[EVENT_TYPE_CACHE].lookup, cache.programs
+        )
         listener = asyncio.create_task(app[ENDPOINT_CACHE].run(), name="relay-endpoint-cache")
         yield
         listener.cancel()

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from relay.domain import jsonlimits
 from relay.endpoints.cache import EndpointCache
+from relay.endpoints.catalog import EventTypeCache
 from relay.publishing import Publisher
 from relay.queue.errors import UNAVAILABLE, ReplicationTimeout, is_unavailable
 from relay.queue.store import Store
@@ -29,6 +30,7 @@ REDIS_UNAVAILABLE = UNAVAILABLE
 
 STORE = web.AppKey("store", Store)
 ENDPOINT_CACHE = web.AppKey("endpoint_cache", EndpointCache)
+EVENT_TYPE_CACHE = web.AppKey("event_type_cache", EventTypeCache)
 PUBLISHER = web.AppKey("publisher", Publisher)
 SETTINGS = web.AppKey("settings", Settings)
 

@@ -19,7 +19,8 @@ from relay.api.models import (
     RotatedOut,
     SecretOut,
 )
-from relay.domain.schema import public_endpoint
+from relay.domain.schema import public_endpoint, public_keys
+from relay.endpoints.catalog import UnknownEventTypes
 from relay.endpoints.health import Health, previous_secret_expires_at
 from relay.endpoints.lifecycle import Lifecycle, RotationTooSoon
 
@@ -44,7 +45,10 @@ async def load(request: web.Request) -> dict[str, Any]:
 )
 async def create(request: web.Request) -> web.Response:
     data, _ = await body(request, EndpointIn)
-    endpoint = await Lifecycle(request.app[STORE]).create(data.model_dump())
+    try:
+        endpoint = await Lifecycle(request.app[STORE]).create(data.model_dump())
+    except UnknownEventTypes as exc:
+        raise ApiError(422, "unknown_event_type", str(exc)) from None
     return json(public_endpoint(endpoint, with_secret=True), status=201)
 
 
@@ -78,11 +82,19 @@ async def read(request: web.Request) -> web.Response:
 @route(
     "GET",
     "/v1/endpoints/{id}/secret",
-    summary="Read an endpoint's signing secret",
+    summary="Read an endpoint's signing secret (ed25519: its public keys)",
     responses={200: SecretOut, 404: ErrorOut},
 )
 async def read_secret(request: web.Request) -> web.Response:
-    return json({"secret": (await load(request))["secret"]})
+    return json(signing_key(await load(request)))
+
+
+def signing_key(endpoint: dict[str, Any]) -> dict[str, Any]:
+    """What a receiver verifies with: the hmac ``secret``, or for ed25519 the public keys
+    (the ``whsk_`` private key is never in an answer)."""
+    if endpoint.get("signing") == "ed25519":
+        return public_keys(endpoint)
+    return {"secret": endpoint["secret"]}
 
 
 @route(
@@ -106,7 +118,10 @@ async def patch(request: web.Request) -> web.Response:
     await load(request)
     data, _ = await body(request, EndpointPatch)
     changes = data.model_dump(exclude_unset=True)
-    endpoint = await Lifecycle(request.app[STORE]).update(request.match_info["id"], changes)
+    try:
+        endpoint = await Lifecycle(request.app[STORE]).update(request.match_info["id"], changes)
+    except UnknownEventTypes as exc:
+        raise ApiError(422, "unknown_event_type", str(exc)) from None
     if endpoint is None:
         raise not_found(request)
     return json((await with_breakers(request, [endpoint]))[0])
@@ -126,7 +141,7 @@ async def delete(request: web.Request) -> web.Response:
 @route(
     "POST",
     "/v1/endpoints/{id}/rotate-secret",
-    summary="Rotate the signing secret (at most once a minute)",
+    summary="Rotate the signing secret or ed25519 key (at most once a minute)",
     responses={200: RotatedOut, 404: ErrorOut, 429: ErrorOut, 503: ErrorOut},
 )
 async def rotate(request: web.Request) -> web.Response:
@@ -140,7 +155,7 @@ async def rotate(request: web.Request) -> web.Response:
         raise not_found(request)
     return json(
         {
-            "secret": endpoint["secret"],
+            **signing_key(endpoint),
             "previous_secret_expires_at": previous_secret_expires_at(endpoint),
         }
     )

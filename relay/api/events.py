@@ -41,7 +41,7 @@ async def publish(request: web.Request) -> web.Response:
     try:
         done = await request.app[PUBLISHER].publish(event, idempotency_key=idem)
     except PublishError as exc:
-        raise ApiError(exc.status, exc.code, exc.message) from None
+        raise ApiError(exc.status, exc.code, exc.message, **exc.extra) from None
     return json(done.answer, status=201 if done.created else 200)
 
 

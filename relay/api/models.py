@@ -15,6 +15,7 @@ from relay.domain.schema import (
     EndpointIn,
     EndpointPatch,
     EventIn,
+    Signing,
     Status,
     Strict,
     StrictBody,
@@ -35,6 +36,11 @@ class BreakerOut(BaseModel):
     times_opened: int
 
 
+class PublicKeyOut(BaseModel):
+    public_key: str = Field(description="whpk_ + base64 of the 32-byte ed25519 public key")
+    expires_at: int = Field(description="ms since the epoch: it signs until then")
+
+
 class EndpointOut(BaseModel):
     id: str
     app: str
@@ -51,7 +57,14 @@ class EndpointOut(BaseModel):
     created_at: int = Field(description="ms since the epoch")
     updated_at: int
     secret: str | None = Field(
-        default=None, description="only in the answers to create and rotate-secret"
+        default=None, description="hmac only: in the answers to create and rotate-secret"
+    )
+    signing: Signing = "hmac"
+    public_key: str | None = Field(
+        default=None, description="ed25519 only: whpk_ + base64 of the 32-byte public key"
+    )
+    previous_public_keys: list[PublicKeyOut] | None = Field(
+        default=None, description="ed25519 only: rotated-out keys still signing"
     )
     breaker: BreakerOut | None = Field(default=None, description="on reads")
     disabled_reason: str | None = None
@@ -67,7 +80,13 @@ class EndpointList(BaseModel):
 
 
 class SecretOut(BaseModel):
-    secret: str
+    secret: str | None = Field(default=None, description="hmac endpoints: the whsec_ secret")
+    public_key: str | None = Field(
+        default=None, description="ed25519 endpoints (instead of secret): whpk_ public key"
+    )
+    previous_public_keys: list[PublicKeyOut] | None = Field(
+        default=None, description="ed25519 endpoints: rotated-out keys still signing"
+    )
 
 
 class RotatedOut(SecretOut):
@@ -97,6 +116,9 @@ class EventOut(BaseModel):
         default=[],
         description="endpoints left out because their filter erred on this event (at most "
         "20; a filter that is false is not recorded)",
+    )
+    type_deprecated: bool | None = Field(
+        default=None, description="true when the event type is deprecated in the catalog"
     )
 
 
@@ -257,6 +279,12 @@ class ErrorOut(BaseModel):
     )
     current_status: Status | None = Field(
         default=None, description="delivery_not_replayable: the delivery's status now"
+    )
+    path: str | None = Field(
+        default=None, description="payload_invalid: where the payload fails, e.g. $.amount"
+    )
+    endpoint_ids: list[str] | None = Field(
+        default=None, description="event_type_in_use: the endpoints subscribing to it"
     )
 
 

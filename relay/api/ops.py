@@ -71,10 +71,11 @@ def openapi_document() -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for spec in ROUTES:
         op: dict[str, Any] = {"summary": spec.summary, "responses": {}}
-        if "{id}" in spec.path:
-            op["parameters"] = [
-                {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-            ]
+        for param in ("id", "name"):
+            if "{" + param + "}" in spec.path:
+                op["parameters"] = [
+                    {"name": param, "in": "path", "required": True, "schema": {"type": "string"}}
+                ]
         if spec.query is not None:
             for name, f in spec.query.model_fields.items():
                 op.setdefault("parameters", []).append(

@@ -204,11 +204,14 @@ def sent_headers(
         out.append({"name": "content-length", "value": str(body_len)})
     for name, value in built.items():
         if name == "webhook-signature":
+            ed = (endpoint or {}).get("signing") == "ed25519"
             out.append(
                 {
                     "name": name,
-                    "value": "v1,…",
-                    "note": "HMAC-SHA256 with the endpoint secret; not shown",
+                    "value": "v1a,…" if ed else "v1,…",
+                    "note": "ed25519 with the endpoint's private key; not shown"
+                    if ed
+                    else "HMAC-SHA256 with the endpoint secret; not shown",
                 }
             )
         elif name in custom:

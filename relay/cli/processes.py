@@ -109,11 +109,12 @@ def dev(host: str | None, port: int | None, data_dir: Path, private_redis: bool 
     help="Status code to answer with (e.g. 500 to see retries, 410 to see dead).",
 )
 @click.option("--secret", help="Verify signatures with this whsec_ secret.")
-def receiver(port: int, host: str, status: int, secret: str | None) -> None:
+@click.option("--public-key", help="Verify v1a (ed25519) signatures with this whpk_ key.")
+def receiver(port: int, host: str, status: int, secret: str | None, public_key: str | None) -> None:
     """A demo receiver (on 127.0.0.1 by default) that prints every webhook it gets."""
     from relay.demo import run_receiver
 
-    run_receiver(host=host, port=port, status=status, secret=secret)
+    run_receiver(host=host, port=port, status=status, secret=secret, public_key=public_key)
 
 
 COMMANDS = (api, worker, dev, receiver)

@@ -14,7 +14,7 @@ import aiohttp
 
 from relay import __version__
 from relay.delivery import ssrf
-from relay.domain import signing
+from relay.domain import ed25519, signing
 
 BODY_CAP = 512
 USER_AGENT = f"relay/{__version__}"
@@ -49,6 +49,20 @@ def secret_keys(endpoint: dict[str, Any], now: float) -> list[bytes]:
     return keys
 
 
+def live_secrets(endpoint: dict[str, Any], now: float) -> list[str]:
+    """The endpoint's current key and the rotated-out ones still inside their grace."""
+    olds = endpoint.get("previous_secrets", ())
+    return [endpoint["secret"], *(o["secret"] for o in olds if o["expires_at"] > now * 1000)]
+
+
+def signature(endpoint: dict[str, Any], now: float, msg_id: str, body: bytes) -> str:
+    """The ``webhook-signature`` value: ``v1,`` (HMAC, the default) or ``v1a,`` (ed25519)
+    per key still signing."""
+    if endpoint.get("signing") == "ed25519":
+        return ed25519.sign(live_secrets(endpoint, now), msg_id, int(now), body)
+    return signing.sign(secret_keys(endpoint, now), msg_id, int(now), body)
+
+
 async def send(
     session: aiohttp.ClientSession,
     *,
@@ -61,7 +75,8 @@ async def send(
     """POST one signed delivery and describe what came back."""
     now = time.time()
     headers = signing.signed_headers(
-        secret_keys=secret_keys(endpoint, now),
+        secret_keys=(),
+        signature=signature(endpoint, now, event_id, body),
         msg_id=event_id,
         timestamp=int(now),
         body=body,

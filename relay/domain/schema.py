@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 from yarl import URL
 
-from relay.domain import filters, ids, matching, signing
+from relay.domain import ed25519, filters, ids, matching, signing
 from relay.domain.ordering import OnDead, Ordering
 
 APP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
@@ -40,6 +40,8 @@ App = Annotated[str, Field(pattern=APP_PATTERN, description="application (tenant
 # A delivery's status; "held": its endpoint is disabled, it waits until it is enabled again;
 # "queued": it waits in its ordered lane for the delivery before it to finish.
 Status = Literal["pending", "queued", "held", "delivering", "succeeded", "dead"]
+# How an endpoint's requests are signed: "v1," HMAC-SHA256 (whsec_) or "v1a," ed25519 (whsk_).
+Signing = Literal["hmac", "ed25519"]
 
 
 class Strict(BaseModel):
@@ -143,12 +145,23 @@ class EndpointIn(StrictBody):
     ordering_on_dead: OnDead = Field(
         default="skip", description="skip: the next one goes; block: the lane waits"
     )
+    signing: Signing = Field(
+        default="hmac",
+        description="hmac: v1 signatures with the whsec_ secret; ed25519: v1a signatures "
+        "with a private key relay makes and never shows (reads give its public_key, whpk_)",
+    )
 
     _url = field_validator("url")(_check_url)
     _headers = field_validator("headers")(_check_headers)
     _types = field_validator("event_types")(_check_types)
     _secret = field_validator("secret")(_check_secret)
     _filter = field_validator("filter")(_check_filter)
+
+    @model_validator(mode="after")
+    def _secret_is_hmac(self) -> EndpointIn:
+        if self.signing == "ed25519" and self.secret is not None:
+            raise ValueError("secret is for hmac signing; relay makes the ed25519 key itself")
+        return self
 
 
 _NOT_NULLABLE = frozenset(
@@ -164,7 +177,7 @@ def endpoint_record(**fields: Any) -> dict[str, Any]:
     record = EndpointIn.model_validate(fields).model_dump()
     record.update(
         id=ids.new_id("ep"),
-        secret=record["secret"] or signing.generate_secret(),
+        secret=record["secret"] or new_secret(record["signing"]),
         previous_secrets=[],
         created_at=now,
         updated_at=now,
@@ -172,15 +185,39 @@ def endpoint_record(**fields: Any) -> dict[str, Any]:
     return record
 
 
+def new_secret(scheme: str) -> str:
+    """A fresh signing secret: ``whsec_`` (hmac) or a ``whsk_`` private key (ed25519)."""
+    return ed25519.generate_key() if scheme == "ed25519" else signing.generate_secret()
+
+
 def public_endpoint(endpoint: dict[str, Any], *, with_secret: bool = False) -> dict[str, Any]:
     """An endpoint as the API and CLI show it: no secrets unless asked for, and custom
     header values masked (operators put receiver credentials there; the API's
-    ``GET /v1/endpoints/{id}/headers`` shows them)."""
+    ``GET /v1/endpoints/{id}/headers`` shows them). An ed25519 endpoint shows its
+    ``public_key`` (and those of rotated-out keys still signing), never its private key,
+    even when asked for the secret."""
     out = {k: v for k, v in endpoint.items() if k not in ("secret", "previous_secrets")}
     out["headers"] = dict.fromkeys(endpoint.get("headers") or {}, HEADER_MASK)
-    if with_secret:
+    out["signing"] = endpoint.get("signing", "hmac")
+    if out["signing"] == "ed25519":
+        out.update(public_keys(endpoint))
+    elif with_secret:
         out["secret"] = endpoint["secret"]
     return out
+
+
+def public_keys(endpoint: dict[str, Any], now_ms: int | None = None) -> dict[str, Any]:
+    """An ed25519 endpoint's ``public_key`` and ``previous_public_keys`` (the rotated-out
+    keys still signing, each with ``expires_at``): what receivers verify with."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return {
+        "public_key": ed25519.public_key(endpoint["secret"]),
+        "previous_public_keys": [
+            {"public_key": ed25519.public_key(p["secret"]), "expires_at": p["expires_at"]}
+            for p in endpoint.get("previous_secrets", ())
+            if p["expires_at"] > now
+        ],
+    }
 
 
 class EndpointPatch(StrictBody):
@@ -195,10 +232,10 @@ class EndpointPatch(StrictBody):
     max_in_flight: Annotated[int | None, Field(ge=1, le=10_000)] = None
     enabled: bool | None = None
     filter: Annotated[str | None, Field(description=FILTER_DESCRIPTION)] = None
-
-    _filter = field_validator("filter")(_check_filter)
     ordering: Ordering | None = None  # applies to deliveries published after the change
     ordering_on_dead: OnDead | None = None
+
+    _filter = field_validator("filter")(_check_filter)
 
     @model_validator(mode="after")
     def _no_nulls(self) -> EndpointPatch:

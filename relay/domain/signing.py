@@ -77,18 +77,23 @@ def signed_headers(
     attempt: int,
     user_agent: str,
     extra: Mapping[str, str] | None = None,
+    signature: str | None = None,
 ) -> dict[str, str]:
     """Return the outgoing request headers.
 
     ``extra`` (custom endpoint headers) is applied first; any custom header whose
     name matches one of relay's own headers (case-insensitively) is dropped.
+    ``signature``: a ``webhook-signature`` value made elsewhere (``v1a``, ed25519),
+    used instead of the HMAC of ``secret_keys``.
     """
     own = {
         "content-type": "application/json",
         "user-agent": user_agent,
         "webhook-id": msg_id,
         "webhook-timestamp": str(int(timestamp)),
-        "webhook-signature": sign(secret_keys, msg_id, timestamp, body),
+        "webhook-signature": signature
+        if signature is not None
+        else sign(secret_keys, msg_id, timestamp, body),
         "x-relay-delivery-id": delivery_id,
         "x-relay-attempt": str(attempt),
     }

@@ -13,6 +13,7 @@ entries older than ``MAX_AGE`` are refetched regardless, as a backstop.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from relay.domain.filters import ProgramCache
@@ -33,10 +34,20 @@ class EndpointCache:
         self.misses = 0
         # payload filters compiled once per endpoint version (id, updated_at, text)
         self.programs = ProgramCache()
+        # Other caches of {cfg} data (relay.endpoints.catalog.EventTypeCache) ride on this
+        # subscription: each invalidation runs them too.
+        self.listeners: list[Callable[[], None]] = []
+
+    @property
+    def subscribed(self) -> bool:
+        """True while the change channel is subscribed (a cache may serve entries)."""
+        return self._subscribed
 
     def invalidate(self) -> None:
         self._generation += 1
         self._by_app.clear()
+        for listener in self.listeners:
+            listener()
 
     async def endpoints_for_app(self, app: str) -> list[dict[str, Any]]:
         """The app's endpoints (a shared list: callers must not change it)."""

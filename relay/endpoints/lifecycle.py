@@ -24,8 +24,8 @@ from typing import Any
 
 import structlog
 
-from relay.domain import signing
-from relay.domain.schema import endpoint_record
+from relay.domain.schema import endpoint_record, new_secret
+from relay.endpoints.catalog import Catalog
 from relay.endpoints.health import Health, Settled
 from relay.queue.keys import ShardKeys
 from relay.queue.store import Store
@@ -58,13 +58,18 @@ class Lifecycle:
         self.health = health if health is not None else Health(store)
 
     async def create(self, fields: Mapping[str, Any]) -> dict[str, Any]:
-        """A new endpoint from validated fields (its id and, when absent, its secret made)."""
+        """A new endpoint from validated fields (its id and, when absent, its secret made).
+        Strict mode: raises ``UnknownEventTypes`` for subscriptions outside the catalog."""
         endpoint = endpoint_record(**fields)
+        await Catalog(self.store).check_subscriptions(endpoint["event_types"])
         await self.store.put_endpoint(endpoint)
         return endpoint
 
     async def update(self, endpoint_id: str, changes: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Apply validated changes; re-enabling resumes held deliveries. None: no such one."""
+        """Apply validated changes; re-enabling resumes held deliveries. None: no such one.
+        Strict mode: raises ``UnknownEventTypes`` for subscriptions outside the catalog."""
+        if changes.get("event_types") is not None:
+            await Catalog(self.store).check_subscriptions(changes["event_types"])
 
         def apply(endpoint: dict[str, Any]) -> dict[str, Any]:
             endpoint.update(changes, updated_at=int(time.time() * 1000))
@@ -99,9 +104,8 @@ class Lifecycle:
                     raise RotationTooSoon(last + ROTATION_INTERVAL_MS - now)
             previous.append({"secret": endpoint["secret"], "expires_at": now + ROTATION_GRACE_MS})
             previous = sorted(previous, key=lambda p: p["expires_at"])[-MAX_PREVIOUS_SECRETS:]
-            endpoint.update(
-                secret=signing.generate_secret(), previous_secrets=previous, updated_at=now
-            )
+            fresh = new_secret(endpoint.get("signing", "hmac"))  # same scheme
+            endpoint.update(secret=fresh, previous_secrets=previous, updated_at=now)
             return endpoint
 
         done = await self.store.update_endpoint(endpoint_id, rotated)

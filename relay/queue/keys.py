@@ -39,7 +39,8 @@ key                                        type    holds
 ``relay:v1:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
 ``relay:v1:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
 ``relay:v1:{cfg}:app:<app>``               set     endpoint ids of one app
-``relay:v1:{cfg}:changed``                 pubsub  an endpoint was written (drop caches)
+``relay:v1:{cfg}:event_types``             hash    event type name -> event type JSON (catalog)
+``relay:v1:{cfg}:changed``                 pubsub  an endpoint or event type was written
 ``relay:v1:{cfg}:ready``                   string  /readyz's probe: SET PX, then DEL
 ``relay:v1:{rpl}:job:<replay_id>``         hash    a replay job: params, state, cursor, lease
 ``relay:v1:{rpl}:jobs``                    zset    every replay job id, score = created (ms)
@@ -191,8 +192,14 @@ class Keys:
         return f"{self.prefix}:v1:{{cfg}}:endpoints"
 
     @property
+    def event_types(self) -> str:
+        """The event type catalog: name -> JSON (description, schema, deprecated)."""
+        return f"{self.prefix}:v1:{{cfg}}:event_types"
+
+    @property
     def endpoints_changed(self) -> str:
-        """Pub/sub channel: an endpoint was written (API replicas drop their cache)."""
+        """Pub/sub channel: an endpoint or an event type was written (API replicas drop
+        their endpoint cache and their compiled event type validators)."""
         return f"{self.prefix}:v1:{{cfg}}:changed"
 
     @property

@@ -64,6 +64,11 @@ class Reads(StoreBase):
             rows = await pipe.execute()
         return [parse_delivery(r) for r in rows if r]
 
+    async def get_idempotency(self, shard: int, app: str, key: str) -> str | None:
+        """The idempotency record of ``key`` (``{"h": body hash, "answer": ...}``), or None."""
+        raw = await self.redis.get(self.keys.shard(shard).idempotency(app, key))
+        return None if raw is None else str(raw)
+
     async def get_event(self, event_id: str) -> dict[str, Any] | None:
         sk = self.shard_keys_for(event_id)
         if sk is None:

@@ -63,6 +63,8 @@ NAMES = (
     "expire",
     "replay_scan",
     "replay_job",
+    "event_type_put",
+    "event_type_delete",
 )
 # Refusals that mean "this script did not run: the slot is moving or the cluster is
 # re-forming" (ClusterError covers redis-py's "TTL exhausted" after its own redirects

@@ -11,6 +11,7 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.reads`: deliveries, events, listings, stats and counts;
 * :mod:`relay.queue.endpoints`: endpoint records and their shared health state
   (admit, settle, breakers);
+* :mod:`relay.queue.eventtypes`: the event type catalog;
 * :mod:`relay.queue.dashboard`: the dashboard's per-minute series and endpoint health;
 * :mod:`relay.queue.facts`: the server's durability settings (``server_facts``);
 * :mod:`relay.queue.replays`: reconciliation replay jobs (records, index walk).
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from relay.queue.base import StoreBase, connect
 from relay.queue.dashboard import Dashboard
 from relay.queue.endpoints import EndpointRecords
+from relay.queue.eventtypes import EventTypeRecords
 from relay.queue.facts import ServerFacts
 from relay.queue.reads import Reads, decode_cursor, encode_cursor
 from relay.queue.records import (
@@ -57,7 +59,9 @@ __all__ = [
 ]
 
 
-class Store(Transitions, Reads, EndpointRecords, Dashboard, ServerFacts, ReplayJobs):
+class Store(
+    Transitions, Reads, EndpointRecords, EventTypeRecords, Dashboard, ServerFacts, ReplayJobs
+):
     """relay's Redis data model, for one client and one settings object."""
 
     async def replay_dead(

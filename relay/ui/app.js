@@ -21,6 +21,7 @@
     view: "deliveries",
     endpoints: new Map(),
     health: new Map(),
+    catalog: [], // the event type catalog (read-only here)
     filters: { status: "", endpoint_id: "", type: "" },
     cursors: [null], // cursor of each page seen so far; the last one is the current page
     nextCursor: null,
@@ -512,7 +513,8 @@
       return el("tr", { dataset: { id: ep.id } },
         el("td", {},
           el("div", { class: "ellipsis strong", title: ep.url }, ep.url),
-          el("div", { class: "sub-line" }, el("span", { class: "mono" }, ep.id), ep.description ? ` · ${ep.description}` : ""),
+          el("div", { class: "sub-line" }, el("span", { class: "mono" }, ep.id), ep.description ? ` · ${ep.description}` : "",
+            ep.signing === "ed25519" ? el("span", { class: "chip", title: `v1a signatures; public key ${ep.public_key}` }, "ed25519") : ""),
           ep.enabled ? null : el("div", { class: "sub-line", title: ep.disabled_reason || "" }, badge("disabled", "disabled"), h && h.held ? ` ${num(h.held)} held` : "")),
         el("td", {}, ep.app),
         el("td", {}, ep.event_types.map((t) => el("span", { class: "chip" }, t)),
@@ -549,6 +551,39 @@
     await refresh();
   }
 
+  // ------------------------------------------------------------------ event types
+
+  async function loadTypes() {
+    state.catalog = (await api("GET", "v1/event-types")).data;
+    renderTypes();
+  }
+
+  function schemaCell(t) {
+    if (t.schema === null || t.schema === undefined) return el("span", { class: "muted" }, "any payload");
+    const req = t.schema && Array.isArray(t.schema.required) ? t.schema.required : [];
+    return el("details", {},
+      el("summary", {}, req.length ? `JSON Schema · requires ${req.join(", ")}` : "JSON Schema"),
+      el("pre", { class: "payload" }, JSON.stringify(t.schema, null, 2)));
+  }
+
+  function renderTypes() {
+    if (!changed("types", state.catalog, [...state.endpoints.values()].map((e) => e.event_types))) return;
+    const eps = [...state.endpoints.values()];
+    const rows = state.catalog.map((t) => {
+      const subs = eps.filter((e) => e.event_types.some((p) => p === "*" || p === t.name || (p.endsWith(".*") && t.name.startsWith(p.slice(0, -1)) && t.name.length > p.length - 1)));
+      return el("tr", { dataset: { type: t.name } },
+        el("td", {}, el("span", { class: "mono strong" }, t.name),
+          t.deprecated ? el("div", { class: "sub-line", title: "still accepted; publishing it answers type_deprecated" }, badge("deprecated", "disabled")) : null),
+        el("td", {}, t.description || el("span", { class: "muted" }, "—")),
+        el("td", { dataset: { col: "schema" } }, schemaCell(t)),
+        el("td", { class: "num", title: subs.map((e) => e.id).join(" ") }, num(subs.length)),
+        el("td", { title: iso(t.updated_at) }, ago(t.updated_at)));
+    });
+    $("types").tBodies[0].replaceChildren(...rows);
+    $("types-empty").hidden = rows.length > 0;
+    $("types-note").textContent = `${num(rows.length)} type${rows.length === 1 ? "" : "s"}; endpoints counts subscriptions, wildcards included`;
+  }
+
   // ------------------------------------------------------------------ polling
 
   let again = false;
@@ -575,6 +610,7 @@
       }));
       if (state.drawerId) jobs.push(loadDrawer());
       jobs.push(loadReplays());
+      if (state.view === "types") jobs.push(loadTypes());
       await Promise.all(jobs);
       setLive(true, `live · ${clock(Date.now())}`);
     } catch (e) {
@@ -613,10 +649,11 @@
   }
 
   function setView(view) {
-    state.view = view === "endpoints" ? "endpoints" : "deliveries";
+    state.view = ["endpoints", "types"].includes(view) ? view : "deliveries";
     if (window.location.hash !== `#/${state.view}`) window.location.hash = `#/${state.view}`;
     $("view-deliveries").hidden = state.view !== "deliveries";
     $("view-endpoints").hidden = state.view !== "endpoints";
+    $("view-types").hidden = state.view !== "types";
     for (const a of document.querySelectorAll(".tabs a")) a.classList.toggle("active", a.dataset.view === state.view);
     $("toast").hidden = true;
     if (state.view === "endpoints") renderEndpoints();
