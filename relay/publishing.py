@@ -95,9 +95,12 @@ class Publisher:
         self.settings = store.settings
         self._endpoints_for_app = endpoints_for_app or store.list_endpoints
 
-    async def publish(self, event: EventIn, *, idempotency_key: str | None = None) -> Published:
+    async def publish(
+        self, event: EventIn, *, idempotency_key: str | None = None, trace: str = ""
+    ) -> Published:
         """Store ``event`` with one delivery per target endpoint; raises a
-        :class:`PublishError` (and writes nothing) when it cannot be published."""
+        :class:`PublishError` (and writes nothing) when it cannot be published.
+        ``trace``: the publish span's context to store with the event (tracing on)."""
         payload_json = orjson.dumps(event.payload)
         limit = self.settings.max_payload_bytes
         if len(payload_json) > limit:
@@ -128,6 +131,7 @@ class Publisher:
             created_ms=now_ms,
             deliveries=deliveries,
             idempotency=guard,
+            trace=trace,
         )
         if taken is None:
             return Published(answer, created=True)

@@ -37,11 +37,14 @@ class Transitions(StoreBase):
         created_ms: int,
         deliveries: Sequence[tuple[str, str]],
         idempotency: tuple[str, bytes] | None = None,
+        trace: str = "",
     ) -> str | None:
         """Store an event with its deliveries in one script (``publish.lua``).
 
         ``idempotency`` is ``(key, value)``; when the key is already taken nothing is
-        written and the stored value is returned instead of None.
+        written and the stored value is returned instead of None. ``trace``: the publish
+        span's context (:func:`relay.tracing.carrier`), stored as the event's ``tp``;
+        "" (tracing off) sends nothing more.
         """
         sk = self.keys.shard(shard)
         event_key = sk.event(event_id)
@@ -67,6 +70,8 @@ class Transitions(StoreBase):
         for delivery_id, endpoint_id in deliveries:
             keys += [sk.delivery(delivery_id), sk.endpoint_index(endpoint_id)]
             args += [delivery_id, endpoint_id]
+        if trace:
+            args.append(trace)
         # Confirmed by RELAY_ACK_REPLICAS replicas (WAIT), on the hit path too: the script
         # then touches the key, so the WAIT covers the first answer's write as well.
         res = await self.scripts.publish(keys=keys, args=args, ack=self._ack)

@@ -18,6 +18,8 @@
 -- ARGV[12] retention, ms: an event with no delivery is not indexed and expires after it
 -- ARGV[13] n, the number of deliveries
 -- ARGV[14..13+2n] per delivery, two values: delivery id, endpoint id
+-- ARGV[14+2n] optional: the publish span's trace context, kept as the event's "tp"
+--          (only sent with tracing on; relay/tracing.py)
 --
 -- The event hash keeps "live", the number of its deliveries still stored: expire.lua
 -- counts it down and removes the event with its last delivery.
@@ -41,6 +43,9 @@ local created = ARGV[8]
 local n = tonumber(ARGV[13])
 redis.call("HSET", KEYS[2], "id", ARGV[4], "type", ARGV[5], "app", ARGV[6],
   "body", ARGV[7], "created_at", created, "deliveries", ARGV[11], "live", n)
+if ARGV[14 + 2 * n] then
+  redis.call("HSET", KEYS[2], "tp", ARGV[14 + 2 * n])
+end
 if n > 0 then
   redis.call("ZADD", KEYS[3], created, ARGV[4])
 else -- no delivery will ever expire it, so it carries its own TTL and stays out of the index
