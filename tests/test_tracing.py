@@ -185,9 +185,9 @@ def no_secrets(values: list[Any]) -> None:
 
 
 async def make_endpoint(api: Any, url: str) -> dict[str, Any]:
-    async with api(
-        "POST", "/v1/endpoints", json={"url": url, "headers": {"X-Custom": SECRET_MARK}}
-    ) as r:
+    # a custom traceparent header: with tracing on, relay's own replaces it
+    custom = {"X-Custom": SECRET_MARK, "Traceparent": f"00-{'1' * 32}-{'2' * 16}-01"}
+    async with api("POST", "/v1/endpoints", json={"url": url, "headers": custom}) as r:
         assert r.status == 201
         return dict(await r.json())
 
@@ -240,6 +240,7 @@ async def test_publish_span_continues_the_caller_and_scripts_are_children(
     assert attempt.parent is not None and attempt.parent.span_id == pub.context.span_id
     assert attempt.context.trace_id == pub.context.trace_id
     got = receiver.requests[0].headers
+    # (not the endpoint's custom header of that name: relay's own replaced it)
     assert got["traceparent"] == f"00-{CALLER_TRACE}-{attempt.context.span_id:016x}-01"
     assert got["tracestate"] == "acme=t61rcWkgMzE"
     assert attempt.attributes is not None
@@ -275,8 +276,10 @@ async def test_tracing_off_stores_no_trace_field(
     assert not await store.redis.hexists(sk.event(event["id"]), "tp")
     stop = asyncio.Event()
     await Worker(store, store.settings).run(stop, burst=True)
-    # the caller's headers are not forwarded: relay's own trace is not running
-    assert "traceparent" not in receiver.requests[0].headers
+    # the caller's headers are not forwarded (relay's own trace is not running); an
+    # endpoint's custom header of that name goes as it is
+    got = receiver.requests[0].headers
+    assert got["traceparent"] == f"00-{'1' * 32}-{'2' * 16}-01"
 
 
 # ------------------------------------------------------------------ across processes
