@@ -356,3 +356,25 @@ async def test_attempt_spans_in_a_worker_process_join_the_publish_trace(
         no_secrets([*a.values(), span.name])
     assert by_attempt[1].status.code == by_attempt[1].status.STATUS_CODE_ERROR
     assert by_attempt[2].status.code != by_attempt[2].status.STATUS_CODE_ERROR
+
+
+async def test_on_a_cluster_every_attempt_joins_its_publish(
+    spans: InMemorySpanExporter, cluster_store: Any, make_api: Any, receiver: Any
+) -> None:
+    """Three shards on three nodes: the ``tp`` read at claim is a pipeline per shard."""
+    store = await cluster_store()
+    api = await make_api(store)
+    await make_endpoint(api, receiver.url + "/hook")
+    # keys pick the shard (crc32): deterministic, and these spread over all three
+    published = [await publish(api, {"Idempotency-Key": f"trace-{i}"}) for i in range(9)]
+    shards = {store.shard_keys_for(e["id"]).shard for e in published}  # type: ignore[union-attr]
+    assert shards == {0, 1, 2}
+    await Worker(store, store.settings).run(asyncio.Event(), burst=True)
+    found = spans.get_finished_spans()
+    pubs = {s.attributes["relay.event.id"]: s for s in found if s.name == tracing.PUBLISH}  # type: ignore[index]
+    attempts = [s for s in found if s.name == tracing.ATTEMPT]
+    assert len(attempts) == 9 and len(pubs) == 9
+    for a in attempts:
+        pub = pubs[a.attributes["relay.event.id"]]  # type: ignore[index]
+        assert a.parent is not None and a.parent.span_id == pub.context.span_id
+        assert a.context.trace_id == pub.context.trace_id
