@@ -312,6 +312,7 @@ async def test_attempt_spans_in_a_worker_process_join_the_publish_trace(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.url,
             "OTEL_SERVICE_NAME": "relay-worker-test",
             "OTEL_BSP_SCHEDULE_DELAY": "50",
+            "NO_PROXY": "127.0.0.1,localhost",  # the exporter (requests) honours *_PROXY
         }
     )
     log = (tmp_path / "worker.log").open("wb")
