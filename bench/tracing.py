@@ -10,8 +10,9 @@ interleaved round by round so that drift on a shared machine hits them alike:
 
 * ``patched``: the hooks patched out: ``POST /v1/events`` routed straight to the untraced
   handler, ``_Call.__call__`` replaced by the untraced ``_Call.call`` (every script call),
-  ``Attempter.attempt`` by ``Attempter.send_once`` (every attempt). What stays is one
-  ``tracing.on`` check per claim batch and an empty ``trace`` argument.
+  ``Attempter.attempt`` by ``Attempter.send_once`` (every attempt), ``Worker._record`` by
+  a plain ``store.record`` (every group commit). What stays is one ``tracing.on`` check
+  per claim batch, an empty ``trace`` argument and a dict pop per delivery.
 * ``off``: relay as shipped with no ``OTEL_*`` variable: every hook is ``if tracing.on``.
 * ``on``: tracing on with the SDK (a ``BatchSpanProcessor`` into an exporter that drops
   the spans): the spans, the stored ``tp`` field and its read at claim, ``traceparent``.
@@ -63,19 +64,25 @@ from relay.settings import Settings
 RESULTS = Path(__file__).resolve().parent / "results" / "tracing.json"
 CALLER = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 MODES = ("patched", "off", "on", "patched-again")
-ORIGINAL = (_Call.__call__, Attempter.attempt, list(common.ROUTES))
+ORIGINAL = (_Call.__call__, Attempter.attempt, Worker._record, list(common.ROUTES))
+
+
+async def _plain_record(self: Worker, sk: Any, outcomes: list[Any]) -> list[int]:
+    return await self.store.record(sk, outcomes)
 
 
 def patch(mode: str) -> None:
     """Put the hooks in place (``off``, ``on``) or take them out (``patched``)."""
     tracing.shutdown()
-    call, attempt, routes = ORIGINAL
+    call, attempt, record, routes = ORIGINAL
     _Call.__call__ = call  # type: ignore[method-assign]
     Attempter.attempt = attempt  # type: ignore[method-assign]
+    Worker._record = record  # type: ignore[method-assign]
     common.ROUTES[:] = routes
     if mode.startswith("patched"):
         _Call.__call__ = _Call.call  # type: ignore[method-assign, assignment]
         Attempter.attempt = Attempter.send_once  # type: ignore[method-assign, assignment]
+        Worker._record = _plain_record  # type: ignore[method-assign]
         common.ROUTES[:] = [
             dataclasses.replace(r, handler=events._publish) if r.handler is events.publish else r
             for r in routes

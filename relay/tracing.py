@@ -12,8 +12,11 @@ The spans (README "Tracing"):
   :func:`carrier`) so that workers in other processes can continue it.
 * ``relay.attempt`` (CLIENT): one per delivery attempt, a child of the publish span
   (:func:`attempt_span`); its ``traceparent`` goes to the receiver (:func:`headers`).
+* ``relay.record`` (INTERNAL): one group-committed write of outcomes in the worker,
+  linked to the attempt spans it records (:func:`record_span`).
 * ``EVALSHA <script>`` (CLIENT): a Redis script call made while a span is current
-  (:func:`script_span`); calls outside any span (the claim loop, sweeps) start none.
+  (:func:`script_span`): ``publish`` under the publish span, ``record`` under the record
+  span; calls outside any span (claim, admission, sweeps) start none.
 
 Spans carry ids, counts, statuses and outcomes: never a payload, a URL, a header value,
 a secret or a token.
@@ -37,6 +40,7 @@ _provider: TracerProvider | None = None
 _propagator: Any = None
 
 ATTEMPT = "relay.attempt"
+RECORD = "relay.record"
 PUBLISH = "POST /v1/events"
 
 
@@ -181,6 +185,27 @@ def headers() -> dict[str, str]:
     out: dict[str, str] = {}
     _propagator.inject(out)
     return out
+
+
+@contextlib.contextmanager
+def record_span(attempts: list[Any], outcomes: int) -> Iterator[None]:
+    """The span of one group-committed ``record`` write, linked to the attempt spans whose
+    outcomes it writes (``attempts``: their span contexts); none when there are none
+    (a batch of deferrals only), so its ``EVALSHA record`` then has no span either."""
+    if not attempts:
+        yield
+        return
+    from opentelemetry.trace import Link, SpanKind
+
+    links = [Link(a) for a in attempts]
+    attrs = {"relay.outcomes": outcomes}
+    with _start(RECORD, kind=SpanKind.INTERNAL, links=links, attributes=attrs) as span:
+        try:
+            yield
+        except BaseException as exc:
+            span.set_attribute("error.type", type(exc).__name__)
+            _error(span, type(exc).__name__)
+            raise
 
 
 @contextlib.contextmanager

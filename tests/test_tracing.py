@@ -246,6 +246,22 @@ async def test_publish_span_continues_the_caller_and_scripts_are_children(
     assert attempt.attributes is not None
     assert attempt.attributes["relay.endpoint.id"] == ep["id"]
     assert attempt.attributes["relay.outcome"] == "succeeded"
+    # the outcome's group-committed write: a span linked to the attempt, its script a child
+    record = only(spans.get_finished_spans(), tracing.RECORD)
+    assert [link.context.span_id for link in record.links] == [attempt.context.span_id]
+    script = only(spans.get_finished_spans(), "EVALSHA record")
+    assert script.parent is not None and script.parent.span_id == record.context.span_id
+    # the claim loop's own calls (claim, admission) run in no span: they start none
+    # (the API's endpoint cache was empty: its read is a script call of the publish too)
+    names = {s.name for s in spans.get_finished_spans()}
+    assert names == {
+        tracing.PUBLISH,
+        "EVALSHA endpoints_for_app",
+        "EVALSHA publish",
+        tracing.ATTEMPT,
+        tracing.RECORD,
+        "EVALSHA record",
+    }
     for s in spans.get_finished_spans():
         no_secrets([*(s.attributes or {}).values(), s.name])
 
@@ -329,6 +345,8 @@ async def test_attempt_spans_in_a_worker_process_join_the_publish_trace(
         event = await publish(api, CALLER)
         await receiver.wait_for(2, within=20)
         attempts = await collector.wait_for(tracing.ATTEMPT, 2)
+        records = await collector.wait_for(tracing.RECORD, 2)
+        record_scripts = await collector.wait_for("EVALSHA record", 2)
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
@@ -355,6 +373,10 @@ async def test_attempt_spans_in_a_worker_process_join_the_publish_trace(
         sent = [r for r in receiver.requests if r.headers["x-relay-attempt"] == str(n)]
         assert sent[0].headers["traceparent"] == f"00-{CALLER_TRACE}-{span.span_id.hex()}-01"
         no_secrets([*a.values(), span.name])
+    # each outcome's record span links to its attempt; the record script is its child
+    linked = {link.span_id for r in records for link in r.links}
+    assert {s.span_id for s in attempts} <= linked
+    assert {s.parent_span_id for s in record_scripts} <= {r.span_id for r in records}
     assert by_attempt[1].status.code == by_attempt[1].status.STATUS_CODE_ERROR
     assert by_attempt[2].status.code != by_attempt[2].status.STATUS_CODE_ERROR
 

@@ -103,6 +103,9 @@ class Attempter:
         self.session: aiohttp.ClientSession | None = None
         self.before_send = before_send
         self.avg_ms: dict[str, float] = {}  # send duration per endpoint, moving average
+        # tracing on: claim token -> its attempt span's context, until the outcome is
+        # recorded (the record span links to it); the worker removes each entry
+        self.spans: dict[str, Any] = {}
 
     async def attempt(
         self, c: Claimed, endpoint: dict[str, Any] | None
@@ -128,6 +131,7 @@ class Attempter:
         with tracing.attempt_span(c.trace, attrs) as span:
             done, verdict = await self.send_once(c, endpoint, tracing.headers())
             tracing.attempt_result(span, done.status_code, done.outcome, done.error)
+        self.spans[c.token] = span.get_span_context()
         return done, verdict
 
     async def send_once(
