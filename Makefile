@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/ack.py
 	$(BIN)/python bench/filters.py
 	$(BIN)/python bench/crypto.py
+	$(BIN)/python bench/tracing.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache

@@ -164,9 +164,12 @@ class Publisher:
                 )
         return known.deprecated
 
-    async def publish(self, event: EventIn, *, idempotency_key: str | None = None) -> Published:
+    async def publish(
+        self, event: EventIn, *, idempotency_key: str | None = None, trace: str = ""
+    ) -> Published:
         """Store ``event`` with one delivery per target endpoint; raises a
-        :class:`PublishError` (and writes nothing) when it cannot be published."""
+        :class:`PublishError` (and writes nothing) when it cannot be published.
+        ``trace``: the publish span's context to store with the event (tracing on)."""
         payload_json = orjson.dumps(event.payload)
         limit = self.settings.max_payload_bytes
         if len(payload_json) > limit:
@@ -222,6 +225,7 @@ class Publisher:
             idempotency=guard,
             filtered=filtered,
             lanes=lane_args if ordered else None,
+            trace=trace,
         )
         if taken is None:
             return Published(answer, created=True)

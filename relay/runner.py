@@ -14,7 +14,7 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
-from relay import logs
+from relay import logs, tracing
 from relay.api import create_app
 from relay.delivery.attempt import BeforeSend
 from relay.delivery.worker import Worker
@@ -151,11 +151,19 @@ async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> Non
 
 def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
     logs.configure(settings.log_format, settings.log_level)
+    if tracing.setup(settings):  # only with OTEL_* set (README "Tracing")
+        log.info(
+            "tracing.on",
+            exporters=list(settings.tracing_exporters),
+            service=settings.tracing_service,
+        )
     try:
         asyncio.run(serve(settings, with_api=with_api, with_worker=with_worker))
     except RedisRefused as exc:  # one line, no traceback, exit 1
         print(f"relay: refusing to start on {settings.redis_shown}: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
+    finally:
+        tracing.shutdown()  # export the spans still buffered
 
 
 def _which_redis(settings: Settings, data_dir: Path) -> tuple[RedisServer | None, str]:

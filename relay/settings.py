@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from relay.domain import otelenv
 from relay.domain.retry import max_attempts_for, parse_duration, parse_schedule
 
 DEFAULT_SCHEDULE = "5s,5m,30m,2h,5h,10h,10h"
@@ -105,6 +106,11 @@ class Settings:
     outbox_poll_interval: float = 2.0
     log_format: str = "json"
     log_level: str = "info"
+    # OpenTelemetry traces (relay.tracing), decided from the standard OTEL_* variables
+    # (relay.domain.otelenv): the exporters to build, () when tracing is off, and the service name.
+    # The SDK reads its own other OTEL_* variables (endpoint, headers, sampler, batching).
+    tracing_exporters: tuple[str, ...] = ()
+    tracing_service: str = "relay"
     # Test hook (crash-injection and poison-message tests): the worker of a `relay worker`
     # process about to send a body containing this marker kills its own process first
     # (relay.runner.crash_hook, given to the Worker as its before_send hook).
@@ -255,6 +261,10 @@ class Settings:
         convert("OUTBOX_BATCH", "outbox_batch", _positive_int)
         convert("OUTBOX_POLL_INTERVAL", "outbox_poll_interval", _positive_duration)
         convert("TEST_OUTBOX_CRASH_AFTER", "test_outbox_crash_after", int)
+        try:  # the standard OTEL_* variables: is tracing on (relay.domain.otelenv)
+            values["tracing_exporters"], values["tracing_service"] = otelenv.tracing(env)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         if values.get("ack_replicas") and values.get("redis_cluster"):
             # WAIT is keyless: a cluster pipeline cannot send it beside the script.

@@ -29,7 +29,7 @@ RANK = {
     "cli": 7,
     "__main__": 8,
 }
-LEAVES = {"settings", "__init__", "__version__", "logs", "redisproc"}
+LEAVES = {"settings", "__init__", "__version__", "logs", "redisproc", "tracing"}
 MAX_LINES = 400
 
 

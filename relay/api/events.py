@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
+from relay import tracing
 from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, route
 from relay.api.models import ErrorOut, EventDetail, EventIn, EventOut
 from relay.domain import signing
@@ -36,12 +39,36 @@ def _idempotency_key(request: web.Request) -> str | None:
     },
 )
 async def publish(request: web.Request) -> web.Response:
+    if tracing.on:  # a span continuing the caller's traceparent (relay.tracing)
+        with tracing.publish_span(request.headers) as span:
+            try:
+                resp = await _publish(request, span)
+            except web.HTTPException as exc:  # ApiError: the 4xx it answers
+                tracing.http_status(span, exc.status)
+                raise
+            tracing.http_status(span, resp.status)
+            return resp
+    return await _publish(request)
+
+
+async def _publish(request: web.Request, span: Any = None) -> web.Response:
     idem = _idempotency_key(request)
     event, _ = await body(request, EventIn)
+    trace = "" if span is None else tracing.carrier()
     try:
-        done = await request.app[PUBLISHER].publish(event, idempotency_key=idem)
+        done = await request.app[PUBLISHER].publish(event, idempotency_key=idem, trace=trace)
     except PublishError as exc:
         raise ApiError(exc.status, exc.code, exc.message, **exc.extra) from None
+    if span is not None:
+        span.set_attributes(
+            {
+                "relay.event.id": done.answer["id"],
+                "relay.event.type": event.type,
+                "relay.app": event.app,
+                "relay.deliveries": len(done.answer["deliveries"]),
+                "relay.created": done.created,
+            }
+        )
     return json(done.answer, status=201 if done.created else 200)
 
 

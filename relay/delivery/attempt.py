@@ -12,11 +12,13 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 import structlog
 
+from relay import tracing
 from relay.delivery import sender
 from relay.delivery.stats import Stats
 from relay.domain import retry
@@ -101,11 +103,44 @@ class Attempter:
         self.session: aiohttp.ClientSession | None = None
         self.before_send = before_send
         self.avg_ms: dict[str, float] = {}  # send duration per endpoint, moving average
+        # tracing on: claim token -> its attempt span's context, until the outcome is
+        # recorded (the record span links to it); the worker removes each entry
+        self.spans: dict[str, Any] = {}
 
     async def attempt(
         self, c: Claimed, endpoint: dict[str, Any] | None
     ) -> tuple[Outcome, str | None]:
-        """Send once; returns the outcome and the breaker verdict (None: no request)."""
+        """Send once; returns the outcome and the breaker verdict (None: no request).
+        With tracing on, inside a ``relay.attempt`` span whose ``traceparent`` is sent."""
+        if tracing.on:
+            return await self._traced(c, endpoint)
+        return await self.send_once(c, endpoint)
+
+    async def _traced(
+        self, c: Claimed, endpoint: dict[str, Any] | None
+    ) -> tuple[Outcome, str | None]:
+        attrs: dict[str, Any] = {
+            "relay.delivery.id": c.id,
+            "relay.event.id": c.event_id,
+            "relay.endpoint.id": c.endpoint_id,
+            "relay.attempt": c.attempts,
+            "http.request.method": "POST",
+        }
+        if endpoint is not None:  # the host only: a URL's path or query may hold a token
+            attrs["server.address"] = urlsplit(endpoint["url"]).hostname or ""
+        with tracing.attempt_span(c.trace, attrs) as span:
+            done, verdict = await self.send_once(c, endpoint, tracing.headers())
+            tracing.attempt_result(span, done.status_code, done.outcome, done.error)
+        self.spans[c.token] = span.get_span_context()
+        return done, verdict
+
+    async def send_once(
+        self,
+        c: Claimed,
+        endpoint: dict[str, Any] | None,
+        trace_headers: dict[str, str] | None = None,
+    ) -> tuple[Outcome, str | None]:
+        """The attempt itself, untraced (``trace_headers`` go with the request)."""
         worker = self.settings.worker_id
         if endpoint is None:
             at = int(time.time() * 1000)
@@ -132,6 +167,7 @@ class Attempter:
             delivery_id=c.id,
             attempt=c.attempts,
             body=c.body.encode(),
+            trace_headers=trace_headers,
         )
         self.stats.sent += 1
         decision = decide(c, resp, self.settings)

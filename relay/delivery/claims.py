@@ -10,10 +10,12 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 import structlog
 
+from relay import tracing
 from relay.delivery.stats import Stats
 from relay.ops import metrics
 from relay.queue.keys import ShardKeys
@@ -78,16 +80,29 @@ class Claims:
         self.backlog = res.next_due_ms is not None and res.next_due_ms <= res.now_ms
         if not res.items:
             return None
-        self.stats.claimed += len(res.items)
+        items = res.items
+        self.stats.claimed += len(items)
         self.stats.claim_batches += 1
         metrics.CLAIM_BATCH.observe(len(res.items))
         try:
-            endpoints = await self.store.get_endpoints(c.endpoint_id for c in res.items)
+            endpoints = await self.store.get_endpoints(c.endpoint_id for c in items)
         except Exception as exc:  # Redis went away after the claim: the leases bring them back
             log.warning("claim.endpoints_failed", shard=sk.shard, error=str(exc))
             self.next_due[sk.shard] = int(time.time() * 1000) + 500
             return None
-        return res.items, endpoints
+        if tracing.on:  # each publish span's context, for the attempt spans
+            items = await self._with_traces(sk, items)
+        return items, endpoints
+
+    async def _with_traces(self, sk: ShardKeys, items: list[Claimed]) -> list[Claimed]:
+        """The claims with their events' stored trace context; unread (a new trace per
+        attempt) when Redis fails here: tracing never holds a delivery back."""
+        try:
+            found = await self.store.trace_contexts(sk, [c.event_id for c in items])
+        except Exception as exc:
+            log.warning("claim.trace_read_failed", shard=sk.shard, error=str(exc))
+            return items
+        return [replace(c, trace=t) for c, t in zip(items, found, strict=True)]
 
     def nothing_due_soon(self) -> bool:
         now = time.time() * 1000

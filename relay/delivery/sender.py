@@ -71,8 +71,10 @@ async def send(
     delivery_id: str,
     attempt: int,
     body: bytes,
+    trace_headers: dict[str, str] | None = None,
 ) -> Response:
-    """POST one signed delivery and describe what came back."""
+    """POST one signed delivery and describe what came back. ``trace_headers``
+    (``traceparent``, ``tracestate``; tracing on) replace custom headers of those names."""
     now = time.time()
     headers = signing.signed_headers(
         secret_keys=(),
@@ -85,6 +87,9 @@ async def send(
         user_agent=USER_AGENT,
         extra=endpoint.get("headers") or None,
     )
+    if trace_headers:
+        headers = {k: v for k, v in headers.items() if k.lower() not in trace_headers}
+        headers.update(trace_headers)
     started = time.perf_counter()
     try:
         async with session.post(

@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from relay import tracing
 from relay.delivery import sender
 from relay.delivery.admission import Admission
 from relay.delivery.attempt import Attempter, BeforeSend
@@ -38,7 +39,7 @@ from relay.delivery.stats import Stats
 from relay.endpoints.health import Health, Settled, Windows
 from relay.endpoints.lifecycle import Lifecycle, should_disable
 from relay.queue.keys import ShardKeys
-from relay.queue.store import Claimed, Store
+from relay.queue.store import Claimed, Outcome, Store
 from relay.queue.subscription import keep_subscribed
 from relay.settings import Settings
 
@@ -71,7 +72,7 @@ class Worker:
         # over (never dropped early: a dropped outcome is a duplicate send).
         self._margin = min(2.0, settings.lease_seconds / 10)
         budget = settings.lease_seconds - self._margin
-        self._recorder = GroupCommit(store.record, "relay-recorder", budget=budget)
+        self._recorder = GroupCommit(self._record, "relay-recorder", budget=budget)
         self._settler = GroupCommit(self._settle_batch, "relay-settler", budget=budget)
         self._windows = Windows(
             settings.worker_concurrency, settings.http_timeout, settings.slow_send_after
@@ -212,6 +213,17 @@ class Worker:
         finally:
             slow_timer.cancel()
             self._inflight.done(f)
+            self._attempter.spans.pop(c.token, None)
+
+    async def _record(self, sk: ShardKeys, outcomes: list[Outcome]) -> list[int]:
+        """One group-committed ``record`` write; with tracing on, in a span linked to the
+        attempt spans of its outcomes."""
+        if tracing.on:
+            spans = self._attempter.spans
+            linked = [spans[o.token] for o in outcomes if o.token in spans]
+            with tracing.record_span(linked, len(outcomes)):
+                return await self.store.record(sk, outcomes)
+        return await self.store.record(sk, outcomes)
 
     async def _settle_batch(self, endpoint_id: str, results: list[Any]) -> list[Settled]:
         settled = await self.health.settle(endpoint_id, results)

@@ -41,6 +41,7 @@ class Claimed:
     event_id: str
     endpoint_id: str
     body: str
+    trace: str = ""  # the publish span's context (relay.tracing), read only with tracing on
 
 
 @dataclass(frozen=True, slots=True)

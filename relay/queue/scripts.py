@@ -38,6 +38,7 @@ from typing import Any
 import structlog
 from redis.exceptions import AskError, ClusterError, NoScriptError, TryAgainError
 
+from relay import tracing
 from relay.queue.errors import ReplicationTimeout
 from relay.queue.keys import guard_key
 
@@ -96,7 +97,21 @@ class _Call:
         ack: tuple[int, float] = (0, 0.0),
     ) -> Any:
         """``ack``: ``(replicas, timeout s)`` that must confirm this write (see
-        :meth:`_confirmed`); 0 replicas: the plain call."""
+        :meth:`_confirmed`); 0 replicas: the plain call. Inside a span, a child span
+        (:func:`relay.tracing.script_span`)."""
+        if tracing.on:
+            with tracing.script_span(self._name):
+                return await self.call(keys, args, ack=ack)
+        return await self.call(keys, args, ack=ack)
+
+    async def call(
+        self,
+        keys: Sequence[Any] = (),
+        args: Sequence[Any] = (),
+        *,
+        ack: tuple[int, float] = (0, 0.0),
+    ) -> Any:
+        """The call itself, untraced."""
         if ack[0] > 0:
             return await self._confirmed(ack[0], ack[1], keys, args)
         keys = [*keys, guard_key(str(keys[0]))]

@@ -39,6 +39,7 @@ class Transitions(StoreBase):
         idempotency: tuple[str, bytes] | None = None,
         filtered: Sequence[dict[str, str]] = (),
         lanes: Sequence[tuple[str, str]] | None = None,
+        trace: str = "",
     ) -> str | None:
         """Store an event with its deliveries in one script (``publish.lua``).
 
@@ -47,6 +48,8 @@ class Transitions(StoreBase):
         ``idempotency`` is ``(key, value)``; when the key is already taken nothing is
         written and the stored value is returned instead of None. ``lanes``: per
         delivery, its ordered lane ("" for none) and ``"skip"`` or ``"block"``.
+        ``trace``: the publish span's context (:func:`relay.tracing.carrier`), stored as
+        the event's ``tp``; "" with tracing off.
         """
         sk = self.keys.shard(shard)
         event_key = sk.event(event_id)
@@ -73,6 +76,7 @@ class Transitions(StoreBase):
             keys += [sk.delivery(delivery_id), sk.endpoint_index(endpoint_id)]
             args += [delivery_id, endpoint_id]
         args.append(orjson.dumps(list(filtered)) if filtered else "")
+        args.append(trace)
         keys.append(sk.queued)
         args.append(sk.lane_prefix if lanes else "")
         for lane, on_dead in lanes or ():

@@ -20,8 +20,10 @@
 -- ARGV[13] n, the number of deliveries
 -- ARGV[14..13+2n] per delivery, two values: delivery id, endpoint id
 -- ARGV[14+2n] endpoints left out because their filter erred (JSON list; "" for none)
--- ARGV[15+2n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
--- ARGV[16+2n..15+4n] (only with a lane prefix) per delivery, two values: its lane
+-- ARGV[15+2n] the publish span's trace context, kept as the event's "tp"; "" without
+--          (relay/tracing.py: only with tracing on)
+-- ARGV[16+2n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
+-- ARGV[17+2n..16+4n] (only with a lane prefix) per delivery, two values: its lane
 --          ("" unordered; else <endpoint_id> or <endpoint_id>:<ordering_key>) and
 --          "skip" | "block" (what its lane does when it goes dead)
 --
@@ -54,6 +56,8 @@ redis.call("HSET", KEYS[2], "id", ARGV[4], "type", ARGV[5], "app", ARGV[6],
   "body", ARGV[7], "created_at", created, "deliveries", ARGV[11], "live", n)
 local filtered = ARGV[14 + 2 * n]
 if filtered and filtered ~= "" then redis.call("HSET", KEYS[2], "filtered", filtered) end
+local trace = ARGV[15 + 2 * n]
+if trace and trace ~= "" then redis.call("HSET", KEYS[2], "tp", trace) end
 if n > 0 then
   redis.call("ZADD", KEYS[3], created, ARGV[4])
 else -- no delivery will ever expire it, so it carries its own TTL and stays out of the index
@@ -64,17 +68,17 @@ end
 local head = redis.call("ZRANGE", KEYS[4], 0, 0, "WITHSCORES")
 local wake = (head[2] == nil) or (tonumber(head[2]) > now)
 
-local lane_prefix = ARGV[15 + 2 * n]
+local lane_prefix = ARGV[16 + 2 * n]
 for i = 1, n do
   local dkey = KEYS[4 + 2 * i]
   local ekey = KEYS[5 + 2 * i]
   local did = ARGV[12 + 2 * i]
   local eid = ARGV[13 + 2 * i]
-  local lane = lane_prefix ~= "" and ARGV[14 + 2 * n + 2 * i] or ""
+  local lane = lane_prefix ~= "" and ARGV[15 + 2 * n + 2 * i] or ""
   local head = true
   if lane ~= "" then  -- ordered: joins its lane; only the head goes to due
     head = redis.call("RPUSH", lane_prefix .. lane, did) == 1
-    redis.call("HSET", dkey, "lane", lane, "on_dead", ARGV[15 + 2 * n + 2 * i])
+    redis.call("HSET", dkey, "lane", lane, "on_dead", ARGV[16 + 2 * n + 2 * i])
   end
   redis.call("HSET", dkey, "id", did, "event_id", ARGV[4], "endpoint_id", eid,
     "app", ARGV[6], "type", ARGV[5], "status", head and "pending" or "queued", "attempts", 0,
