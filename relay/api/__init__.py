@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
+import structlog
 from aiohttp import web
 
 from relay.api import (  # noqa: F401
@@ -33,6 +33,8 @@ from relay.publishing import Publisher
 from relay.queue.store import Store, connect
 from relay.settings import Settings
 
+log = structlog.get_logger("relay.api")
+
 REQUEST_OVERHEAD = 64 * 1024  # room for the envelope around the largest payload
 
 
@@ -58,8 +60,11 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
         listener = asyncio.create_task(app[ENDPOINT_CACHE].run(), name="relay-endpoint-cache")
         yield
         listener.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await listener
+        # Bounded: a subscriber stuck on a connection that vanished must not hold the
+        # shutdown (the task is dropped with the process).
+        done, _ = await asyncio.wait([listener], timeout=10.0)
+        if not done:
+            log.warning("api.cache_listener_stuck")
         if own:
             await app[STORE].close()
 

@@ -19,6 +19,7 @@ import structlog
 from relay.queue.store import Store
 
 RECONNECT_AFTER = 0.5  # seconds between a failed connection and the next one
+CLOSE_WITHIN = 5.0  # seconds a pub/sub connection gets to close; then it is dropped
 
 log = structlog.get_logger("relay.pubsub")
 
@@ -54,7 +55,12 @@ async def keep_subscribed(
             log.warning(f"{name}.reconnect", error=str(exc))
             failed = True
         finally:
-            await pubsub.aclose()
+            # Bounded: closing a connection to a server that vanished mid-failover must
+            # not hold a cancelled subscriber (and the shutdown waiting for it) forever.
+            try:
+                await asyncio.wait_for(pubsub.aclose(), CLOSE_WITHIN)
+            except Exception as exc:  # a connection being dropped anyway
+                log.warning(f"{name}.close_failed", error=str(exc) or type(exc).__name__)
             if on_lost is not None:
                 on_lost()
         if failed:
