@@ -73,6 +73,8 @@ class Settings:
     port: int = 8080
     api_tokens: tuple[str, ...] = field(default=(), repr=False)
     auth_disabled: bool = False
+    # CSP frame-ancestors of /portal/: the origins that may embed it ("'none'": none)
+    portal_frame_ancestors: str = "'none'"
     retry_schedule: tuple[float, ...] = parse_schedule(DEFAULT_SCHEDULE)
     retry_jitter: float = 0.2
     retry_after_cap: float = 3600.0
@@ -221,6 +223,7 @@ class Settings:
         convert("PORT", "port", _port)
         convert("API_TOKENS", "api_tokens", _tokens)
         convert("AUTH_DISABLED", "auth_disabled", flag)
+        convert("PORTAL_FRAME_ANCESTORS", "portal_frame_ancestors", frame_ancestors)
         convert("RETRY_SCHEDULE", "retry_schedule", parse_schedule)
         convert("RETRY_JITTER", "retry_jitter", _fraction)
         convert("RETRY_AFTER_CAP", "retry_after_cap", parse_duration)
@@ -347,6 +350,22 @@ def _prefix(raw: str) -> str:
     if any(c in raw for c in "{}: \t"):
         raise ValueError("may not contain braces, colons or spaces")
     return raw
+
+
+_SOURCE = re.compile(r"^(https?://(\*\.)?[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?:|'self'|'none')$")
+
+
+def frame_ancestors(raw: str) -> str:
+    """CSP ``frame-ancestors`` sources, space- or comma-separated: origins such as
+    ``https://app.example.com`` (``*.`` and a port allowed), ``https:``, ``'self'``, or
+    ``'none'`` alone. Nothing that could end the directive (``;``, quotes elsewhere)."""
+    sources = [s for s in re.split(r"[\s,]+", raw) if s]
+    bad = [s for s in sources if not _SOURCE.match(s)]
+    if bad:
+        raise ValueError(f"not a frame-ancestors source: {bad[0]!r} (e.g. https://app.example.com)")
+    if "'none'" in sources and len(sources) > 1:
+        raise ValueError("'none' cannot be combined with other sources")
+    return " ".join(sources) or "'none'"
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,57}$")
