@@ -5,7 +5,7 @@ a bearer token and the rule of the route, and asks :func:`refusal` whether to go
 
 * **admin**: a ``RELAY_API_TOKENS`` token (the operator): every route, every app.
 * **key**: an API key (``rk_...``) of one app with some of the scopes ``publish``,
-  ``read``, ``manage``.
+  ``read``, ``manage`` (``manage`` includes ``read``: what one changes, one may read).
 * **portal**: a portal session (``rp_...``) of one app, ``read`` and ``manage``, for the
   app's own customer; it cannot publish (except the endpoint test event, a ``manage``
   route) nor open further portal sessions.
@@ -70,7 +70,8 @@ def refusal(rule: Rule, who: Principal) -> str | None:
         return "this route is for the operator's tokens only"
     if who.kind == "portal" and not rule.portal:
         return "a portal session cannot use this route"
-    if rule.scope not in who.scopes:
+    held = who.scopes | ({"read"} if "manage" in who.scopes else set())  # manage reads too
+    if rule.scope not in held:
         return f"this {who.kind} lacks the {rule.scope!r} scope"
     return None
 
