@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from relay.domain import access
 from relay.domain.retry import max_attempts_for, parse_duration, parse_schedule
 
 DEFAULT_SCHEDULE = "5s,5m,30m,2h,5h,10h,10h"
@@ -73,8 +74,12 @@ class Settings:
     port: int = 8080
     api_tokens: tuple[str, ...] = field(default=(), repr=False)
     auth_disabled: bool = False
-    # CSP frame-ancestors of /portal/: the origins that may embed it ("'none'": none)
-    portal_frame_ancestors: str = "'none'"
+    # Tenancy (relay/api/access.py): app-scoped API keys and portal sessions
+    api_rate: float = 100.0  # requests/s per API key or portal session (0: no limit)
+    api_burst: int = 200  # requests a key may make at once before the rate applies
+    portal_ttl: float = 3600.0  # a portal session's lifetime
+    portal_frame_ancestors: str = ""  # CSP frame-ancestors of /portal/ ("": 'none')
+    public_url: str = ""  # base of portal URLs ("": the request's own)
     retry_schedule: tuple[float, ...] = parse_schedule(DEFAULT_SCHEDULE)
     retry_jitter: float = 0.2
     retry_after_cap: float = 3600.0
@@ -223,7 +228,12 @@ class Settings:
         convert("PORT", "port", _port)
         convert("API_TOKENS", "api_tokens", _tokens)
         convert("AUTH_DISABLED", "auth_disabled", flag)
-        convert("PORTAL_FRAME_ANCESTORS", "portal_frame_ancestors", frame_ancestors)
+        convert("API_RATE", "api_rate", access.parse_api_rate)
+        if "api_rate" in values:  # (rate, burst)
+            values["api_rate"], values["api_burst"] = values["api_rate"]  # type: ignore[misc]
+        convert("PORTAL_TTL", "portal_ttl", _positive_duration)
+        convert("PORTAL_FRAME_ANCESTORS", "portal_frame_ancestors", access.parse_frame_ancestors)
+        convert("PUBLIC_URL", "public_url", access.parse_public_url)
         convert("RETRY_SCHEDULE", "retry_schedule", parse_schedule)
         convert("RETRY_JITTER", "retry_jitter", _fraction)
         convert("RETRY_AFTER_CAP", "retry_after_cap", parse_duration)
@@ -350,22 +360,6 @@ def _prefix(raw: str) -> str:
     if any(c in raw for c in "{}: \t"):
         raise ValueError("may not contain braces, colons or spaces")
     return raw
-
-
-_SOURCE = re.compile(r"^(https?://(\*\.)?[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?:|'self'|'none')$")
-
-
-def frame_ancestors(raw: str) -> str:
-    """CSP ``frame-ancestors`` sources, space- or comma-separated: origins such as
-    ``https://app.example.com`` (``*.`` and a port allowed), ``https:``, ``'self'``, or
-    ``'none'`` alone. Nothing that could end the directive (``;``, quotes elsewhere)."""
-    sources = [s for s in re.split(r"[\s,]+", raw) if s]
-    bad = [s for s in sources if not _SOURCE.match(s)]
-    if bad:
-        raise ValueError(f"not a frame-ancestors source: {bad[0]!r} (e.g. https://app.example.com)")
-    if "'none'" in sources and len(sources) > 1:
-        raise ValueError("'none' cannot be combined with other sources")
-    return " ".join(sources) or "'none'"
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,57}$")

@@ -34,7 +34,9 @@ UNKNOWN_EP = "ep_01M8NRGJEW00N08E236MWQ75WB"
 
 
 def is_static(path: str) -> bool:
-    return path == "/ui" or path.startswith("/ui/")
+    # the page /portal/ itself is checked below (its headers); its files are static
+    portal_file = path == "/portal" or (path.startswith("/portal/") and path != "/portal/")
+    return path == "/ui" or path.startswith("/ui/") or portal_file
 
 
 def strict(doc: dict[str, Any]) -> dict[str, Any]:
@@ -256,6 +258,43 @@ async def test_every_documented_answer_matches(
     await check("POST", cancel, 404, path="/v1/replays/rpl_nope/cancel")
     await check("POST", cancel, 401, path=f"/v1/replays/{job['id']}/cancel", session=anon)
 
+    # -- API keys, portal sessions, test events (issue 13)
+    keys = "/v1/api-keys"
+    made = await check("POST", keys, 201, json={"app": "default", "scopes": ["read"]})
+    pub = await check("POST", keys, 201, json={"app": "default", "scopes": ["publish"]})
+    await check("POST", keys, 400, data=b"{", headers=json_type())
+    await check("POST", keys, 413, data=big, headers=json_type())
+    await check("POST", keys, 422, json={"app": "default", "scopes": ["root"]})
+    await check("POST", keys, 401, json={"app": "a", "scopes": ["read"]}, session=anon)
+    bearer = {"Authorization": f"Bearer {made['token']}"}
+    as_pub = {"Authorization": f"Bearer {pub['token']}"}
+    await check("POST", keys, 403, json={"app": "a", "scopes": ["read"]}, headers=bearer)
+    await check("GET", keys, 200, path=keys + "?app=default")
+    await check("GET", keys, 422, path=keys + "?app=%20bad")
+    await check("GET", keys, 401, session=anon)
+    await check("GET", keys, 403, headers=bearer)
+    one_key = "/v1/api-keys/{id}"
+    await check("DELETE", one_key, 403, path=f"{keys}/{made['id']}", headers=bearer)
+    await check("DELETE", one_key, 401, path=f"{keys}/{made['id']}", session=anon)
+    await check("DELETE", one_key, 204, path=f"{keys}/{made['id']}")
+    await check("DELETE", one_key, 404, path=f"{keys}/{made['id']}")
+    portal = "/v1/apps/{app}/portal"
+    await check("POST", portal, 201, path="/v1/apps/default/portal")
+    await check("POST", portal, 422, path="/v1/apps/%20bad/portal")
+    await check("POST", portal, 401, path="/v1/apps/default/portal", session=anon)
+    await check("POST", portal, 403, path="/v1/apps/default/portal", headers=as_pub)
+    manager = await check("POST", keys, 201, json={"app": "other", "scopes": ["manage"]})
+    as_other = {"Authorization": f"Bearer {manager['token']}"}
+    await check("POST", portal, 404, path="/v1/apps/default/portal", headers=as_other)
+    await check("GET", "/portal/", 200, session=anon)
+    test = "/v1/endpoints/{id}/test"
+    await check("POST", test, 201, path=f"/v1/endpoints/{ok['id']}/test")
+    await check("POST", test, 404, path=f"/v1/endpoints/{UNKNOWN_EP}/test")
+    await check("POST", test, 401, path=f"/v1/endpoints/{ok['id']}/test", session=anon)
+    off = await check("POST", "/v1/endpoints", 201, json={"url": "http://127.0.0.1:9/off"})
+    await check("PATCH", one, 200, path=f"/v1/endpoints/{off['id']}", json={"enabled": False})
+    await check("POST", test, 409, path=f"/v1/endpoints/{off['id']}/test")
+
     # -- operations
     await check("GET", "/v1/stats", 200)
     await check("GET", "/v1/stats", 401, session=anon)
@@ -329,10 +368,16 @@ async def replication_unconfirmed(
         ("DELETE", "/v1/endpoints/{id}", f"/v1/endpoints/{spare}", {}),
         ("POST", "/v1/endpoints", "/v1/endpoints", {"json": {"url": "http://127.0.0.1:9/x"}}),
         ("POST", "/v1/events", "/v1/events", {"json": event, "headers": {"Idempotency-Key": "u"}}),
+        ("POST", "/v1/endpoints/{id}/test", f"/v1/endpoints/{ok}/test", {}),
+        ("POST", "/v1/api-keys", "/v1/api-keys", {"json": {"app": "a", "scopes": ["read"]}}),
     ]
     for method, template, path, kw in calls:
         data = await check(method, template, 503, path=path, **kw)
         assert data["error"] == "replication_timeout", (path, data)
+    # a revocation through the confirmed path too (the key made above, unconfirmed, exists)
+    (key,) = await store.list_api_keys("a")
+    data = await check("DELETE", "/v1/api-keys/{id}", 503, path=f"/v1/api-keys/{key['id']}")
+    assert data["error"] == "replication_timeout", data
     assert not check.mismatches, check.mismatches
     return check.seen
 

@@ -8,7 +8,17 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from relay.api import deliveries, endpoints, events, ops, portal, rawerrors, replays, ui  # noqa: F401
+from relay.api import (  # noqa: F401
+    apikeys,
+    deliveries,
+    endpoints,
+    events,
+    ops,
+    portal,
+    rawerrors,
+    replays,
+    ui,
+)
 from relay.api.common import (
     ENDPOINT_CACHE,
     PUBLISHER,

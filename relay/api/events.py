@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from relay.api.access import pinned_app
 from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, route
 from relay.api.models import ErrorOut, EventDetail, EventIn, EventOut
 from relay.domain import signing
@@ -38,6 +39,9 @@ def _idempotency_key(request: web.Request) -> str | None:
 async def publish(request: web.Request) -> web.Response:
     idem = _idempotency_key(request)
     event, _ = await body(request, EventIn)
+    app = pinned_app(request, event.app, "app" in event.model_fields_set, ApiError)
+    if app != event.app:  # an app key publishes to its own app
+        event = event.model_copy(update={"app": app})
     try:
         done = await request.app[PUBLISHER].publish(event, idempotency_key=idem)
     except PublishError as exc:

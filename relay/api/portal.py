@@ -7,10 +7,11 @@ which browsers never send to a server), removes it from the address bar at once,
 it in memory and in ``sessionStorage``, and calls the ordinary ``/v1`` routes with it;
 what the token may see and change is the API's business, not the page's.
 
-Headers: ``Referrer-Policy: no-referrer`` (no link ever carries the page's address
-elsewhere) and a CSP whose ``frame-ancestors`` is ``RELAY_PORTAL_FRAME_ANCESTORS``
-(default ``'none'``: no site may frame it, and ``X-Frame-Options: DENY`` is sent too;
-with ancestors set, ``X-Frame-Options`` is left out, since it cannot name an origin).
+The token is in no request line, no access log and no ``Referer``. Every ``/portal/``
+answer carries :func:`security_headers`: ``Referrer-Policy: no-referrer`` and a CSP whose
+``frame-ancestors`` is ``RELAY_PORTAL_FRAME_ANCESTORS`` (default ``'none'``: no site may
+frame it, and ``X-Frame-Options: DENY`` is sent too; with ancestors set,
+``X-Frame-Options`` is left out, since it cannot name an origin).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from importlib import resources
 from aiohttp import web
 
 from relay.api.common import SETTINGS, route
+from relay.settings import Settings
 
 STATIC = {
     "portal.html": "text/html",
@@ -31,27 +33,28 @@ STATIC = {
 }
 
 
-def security_headers(frame_ancestors: str) -> dict[str, str]:
-    """The portal's headers for ``RELAY_PORTAL_FRAME_ANCESTORS`` (already validated)."""
+def security_headers(settings: Settings) -> dict[str, str]:
+    """The headers of every ``/portal/`` answer (page, scripts, style sheets)."""
+    ancestors = settings.portal_frame_ancestors or "'none'"
+    csp = (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        f"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors {ancestors}"
+    )
     headers = {
-        "Content-Security-Policy": (
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-            "connect-src 'self'; base-uri 'none'; form-action 'none'; "
-            f"frame-ancestors {frame_ancestors}"
-        ),
-        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": csp,
         "Referrer-Policy": "no-referrer",
-        "Cache-Control": "no-cache",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-store",
     }
-    if frame_ancestors == "'none'":
-        headers["X-Frame-Options"] = "DENY"
+    if not settings.portal_frame_ancestors:
+        headers["X-Frame-Options"] = "DENY"  # older browsers, when nothing may embed it
     return headers
 
 
 async def _static(request: web.Request, name: str) -> web.Response:
     data = resources.files("relay").joinpath("ui", name).read_bytes()
     resp = web.Response(body=data, content_type=STATIC[name], charset="utf-8")
-    resp.headers.update(security_headers(request.app[SETTINGS].portal_frame_ancestors))
+    resp.headers.update(security_headers(request.app[SETTINGS]))
     return resp
 
 

@@ -62,6 +62,9 @@ NAMES = (
     "expire",
     "replay_scan",
     "replay_job",
+    "authenticate",
+    "apikey_create",
+    "apikey_revoke",
 )
 # Refusals that mean "this script did not run: the slot is moving or the cluster is
 # re-forming" (ClusterError covers redis-py's "TTL exhausted" after its own redirects
