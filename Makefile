@@ -26,7 +26,7 @@ test: $(STAMP) lint
 	$(BIN)/pytest -q
 
 screenshots: $(STAMP)
-	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/test_browser.py
+	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/test_browser.py tests/test_portal_browser.py
 
 crash: $(STAMP)
 	$(BIN)/python scripts/crash.py

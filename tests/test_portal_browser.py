@@ -77,6 +77,11 @@ async def context(cdp_url: str, **options: Any) -> AsyncIterator[Any]:
             await browser.close()  # only the connection: the module's Chromium goes on
 
 
+async def fill(page: Any, label: str, value: str) -> None:
+    """Type into the endpoint form's field of that label (the form is a <dialog>)."""
+    await page.locator("dialog").get_by_label(label, exact=True).fill(value)
+
+
 def watch(page: Any) -> dict[str, list[Any]]:
     """Uncaught page errors, and every request's URL and Referer, for the token checks."""
     seen: dict[str, list[Any]] = {"errors": [], "requests": []}
@@ -136,22 +141,10 @@ async def test_portal_end_to_end(make_store: Any, make_api: Any, receiver: Any, 
 
             # Add an endpoint: the form, with accessible labels.
             await page.click("#p-new")
-            await (
-                page.locator("dialog").get_by_label("URL", exact=True).fill(receiver.url + "/hooks")
-            )
-            await (
-                page.locator("dialog").get_by_label("Description", exact=True).fill("order system")
-            )
-            await (
-                page.locator("dialog")
-                .get_by_label("Event types", exact=True)
-                .fill("order.paid, invoice.*")
-            )
-            await (
-                page.locator("dialog")
-                .get_by_label("Rate limit (per second)", exact=True)
-                .fill("20")
-            )
+            await fill(page, "URL", receiver.url + "/hooks")
+            await fill(page, "Description", "order system")
+            await fill(page, "Event types", "order.paid, invoice.*")
+            await fill(page, "Rate limit (per second)", "20")
             await page.click("dialog button[type=submit]")
             item = page.locator("#p-endpoints li.p-ep")
             await expect(item).to_have_count(1)
@@ -182,15 +175,10 @@ async def test_portal_end_to_end(make_store: Any, make_api: Any, receiver: Any, 
             rotated = await store.get_endpoint(ep["id"])
             assert rotated is not None and rotated["secret"] != ep["secret"]
             await expect(secret).to_have_text(rotated["secret"])
-            await page.screenshot(path=str(SHOTS / "portal.png"), full_page=True)
 
             # Edit, disable, enable.
             await item.get_by_role("button", name="Edit").click()
-            await (
-                page.locator("dialog")
-                .get_by_label("Description", exact=True)
-                .fill("order system (v2)")
-            )
+            await fill(page, "Description", "order system (v2)")
             await page.click("dialog button[type=submit]")
             await expect(item).to_contain_text("order system (v2)")
             await item.get_by_role("button", name="Disable").click()
@@ -215,6 +203,7 @@ async def test_portal_end_to_end(make_store: Any, make_api: Any, receiver: Any, 
             await expect(page.locator("#p-d-status .badge")).to_have_text("succeeded")
             await expect(page.locator("#p-d-log tbody tr")).to_have_count(4)
             await expect(row).to_have_attribute("data-status", "succeeded")
+            await page.screenshot(path=str(SHOTS / "portal.png"), full_page=True)
 
             # Dead letters of the endpoint, recovered in one go.
             failing["on"] = True
@@ -350,10 +339,10 @@ async def test_dashboard_creates_edits_disables_rotates_deletes(
         await page.fill("#token", "test-token")
         await page.click("#signin-form button[type=submit]")
         await page.click("#ep-new")
-        await page.locator("dialog").get_by_label("URL", exact=True).fill("http://127.0.0.1:9/dash")
-        await page.locator("dialog").get_by_label("App", exact=True).fill("acme")
-        await page.locator("dialog").get_by_label("Event types", exact=True).fill("invoice.*")
-        await page.locator("dialog").get_by_label("Max in flight", exact=True).fill("4")
+        await fill(page, "URL", "http://127.0.0.1:9/dash")
+        await fill(page, "App", "acme")
+        await fill(page, "Event types", "invoice.*")
+        await fill(page, "Max in flight", "4")
         await page.click("dialog button[type=submit]")
         rows = page.locator("#endpoints tbody tr")
         await expect(rows).to_have_count(1)
@@ -363,15 +352,10 @@ async def test_dashboard_creates_edits_disables_rotates_deletes(
         await expect(row.locator(f'[data-secret="{ep["id"]}"] code')).to_have_text(ep["secret"])
 
         await row.get_by_role("button", name="Edit").click()
-        await (
-            page.locator("dialog")
-            .get_by_label("URL", exact=True)
-            .fill("http://127.0.0.1:9/dash-v2")
-        )
-        await page.locator("dialog").get_by_label("Rate limit (per second)", exact=True).fill("5")
-        await (
-            page.locator("dialog").get_by_label("Max in flight", exact=True).fill("")
-        )  # cleared: no cap
+        await fill(page, "URL", "http://127.0.0.1:9/dash-v2")
+        await fill(page, "Rate limit (per second)", "5")
+        await fill(page, "Max in flight", "")  # cleared: no cap
+        await page.screenshot(path=str(SHOTS / "endpoint-form.png"))
         await page.click("dialog button[type=submit]")
         await expect(row).to_contain_text("/dash-v2")
         await expect(row).to_contain_text("5/s")
@@ -388,7 +372,6 @@ async def test_dashboard_creates_edits_disables_rotates_deletes(
         rotated = await store.get_endpoint(ep["id"]) or {}
         assert rotated["secret"] != ep["secret"]
         await expect(row.locator("code")).to_have_text(rotated["secret"])
-        await page.screenshot(path=str(SHOTS / "endpoint-form.png"))
         await row.get_by_role("button", name="Delete…").click()
         await row.get_by_role("button", name="Delete now").click()
         await expect(rows).to_have_count(0)
