@@ -377,3 +377,32 @@ async def test_dashboard_creates_edits_disables_rotates_deletes(
         await expect(rows).to_have_count(0)
         assert await store.list_endpoints() == []
         assert seen["errors"] == []
+
+
+async def test_portal_files_and_headers(make_store: Any, make_api: Any) -> None:
+    """Every file of the portal carries its headers; nothing of it needs a token."""
+    import aiohttp
+
+    store = await make_store(portal_frame_ancestors="https://app.example.com")
+    api = await make_api(store)
+    async with aiohttp.ClientSession() as anon:
+        async with anon.get(api.url + "/portal", allow_redirects=False) as r:
+            assert r.status == 302 and r.headers["Location"] == "/portal/"
+        for name, kind in (
+            ("", "text/html"),
+            ("portal.js", "text/javascript"),
+            ("portal.css", "text/css"),
+            ("app.css", "text/css"),
+            ("kit.js", "text/javascript"),
+            ("epform.js", "text/javascript"),
+        ):
+            async with anon.get(f"{api.url}/portal/{name}") as r:
+                assert (r.status, r.content_type) == (200, kind), name
+                assert r.headers["Referrer-Policy"] == "no-referrer"
+                csp = r.headers["Content-Security-Policy"]
+                assert (
+                    "script-src 'self'" in csp and "frame-ancestors https://app.example.com" in csp
+                )
+                assert "X-Frame-Options" not in r.headers
+        async with anon.get(api.url + "/ui/epform.js") as r:
+            assert (r.status, r.content_type) == (200, "text/javascript")
