@@ -328,9 +328,13 @@ async def test_expired_or_missing_token_gets_a_clear_page(
 async def test_dashboard_creates_edits_disables_rotates_deletes(
     make_store: Any, make_api: Any, cdp: str
 ) -> None:
+    """The operator's endpoint writes from the endpoints view; a waiting delivery of the
+    endpoint says why in the table and the drawer (breaker open until T, then held)."""
     from playwright.async_api import expect
 
-    store = await make_store()
+    from relay.endpoints.health import Health
+
+    store = await make_store(breaker_threshold=1)
     api = await make_api(store)
     async with context(cdp, viewport={"width": 1000, "height": 800}) as ctx:
         page = await ctx.new_page()
@@ -364,6 +368,27 @@ async def test_dashboard_creates_edits_disables_rotates_deletes(
 
         await row.get_by_role("button", name="Disable").click()
         await expect(row.locator(".badge.disabled")).to_be_visible()
+        await row.get_by_role("button", name="Enable").click()
+        await expect(row.locator(".badge.disabled")).to_have_count(0)
+
+        # Why a delivery waits: its endpoint's breaker is open (no worker runs here).
+        async with api(
+            "POST", "/v1/events", json={"type": "invoice.paid", "app": "acme", "payload": 1}
+        ) as r:
+            (waiting,) = (await r.json())["deliveries"]
+        await Health(store).settle(ep["id"], [("t", "0")])  # one failure opens it
+        await page.click('.tabs a[data-view="deliveries"]')
+        line = page.locator(f'#deliveries tr[data-id="{waiting["id"]}"] .when-cell')
+        await expect(line).to_contain_text(re.compile(r"breaker open until \d\d:\d\d:\d\d"))
+        await line.click()
+        await expect(page.locator("#d-summary")).to_contain_text("breaker open until")
+        await page.click("#d-close")
+        await page.click('.tabs a[data-view="endpoints"]')
+        await row.get_by_role("button", name="Disable").click()
+        await expect(row.locator(".badge.disabled")).to_be_visible()
+        await page.click('.tabs a[data-view="deliveries"]')
+        await expect(line).to_have_text("held: endpoint disabled")
+        await page.click('.tabs a[data-view="endpoints"]')
         await row.get_by_role("button", name="Enable").click()
         await expect(row.locator(".badge.disabled")).to_have_count(0)
         await row.get_by_role("button", name="Rotate…").click()
