@@ -232,6 +232,8 @@ async def test_every_route_and_caller_gets_the_status_of_the_table(
                         got = resp.status
                     if str(got) != want:
                         wrong.append(f"{row.route} as {column}: {got}, table says {want}")
+                    if str(got) not in doc["paths"][template][method.lower()]["responses"]:
+                        wrong.append(f"{row.route} as {column}: {got} is not in /openapi.json")
                     if got >= 400:
                         error = orjson.loads(raw)["error"]
                         code = {401: "unauthorized", 403: "forbidden", 404: "not_found"}
