@@ -392,3 +392,32 @@ async def test_tokens_are_stored_only_as_hashes(make_store: Any, make_api: Any) 
     async with api.session.get(api.url + "/v1/api-keys?app=A") as resp:
         listed = await resp.json()
     assert listed == {"data": [{k: made[k] for k in ("id", "app", "scopes", "name", "created_at")}]}
+
+
+def test_tenancy_settings() -> None:
+    from relay.settings import Settings, SettingsError
+
+    env = {
+        "RELAY_API_RATE": "600/m,5",
+        "RELAY_PORTAL_TTL": "15m",
+        "RELAY_PORTAL_FRAME_ANCESTORS": "'self' https://app.example.com:8443",
+        "RELAY_PUBLIC_URL": "https://hooks.example.com/",
+    }
+    s = Settings.from_env(env)
+    assert (s.api_rate, s.api_burst, s.portal_ttl) == (10.0, 5, 900.0)
+    assert s.portal_frame_ancestors == "'self' https://app.example.com:8443"
+    assert s.public_url == "https://hooks.example.com"
+    d = Settings.from_env({})
+    assert (d.api_rate, d.api_burst, d.portal_ttl, d.portal_frame_ancestors) == (100, 200, 3600, "")
+    assert Settings.from_env({"RELAY_API_RATE": "0"}).api_rate == 0
+    for name, bad in (
+        ("RELAY_API_RATE", "10/d"),
+        ("RELAY_API_RATE", "5,0"),
+        ("RELAY_API_RATE", "-1"),
+        ("RELAY_PORTAL_FRAME_ANCESTORS", "https://a.example.com; script-src *"),
+        ("RELAY_PORTAL_FRAME_ANCESTORS", "'unsafe-inline'"),
+        ("RELAY_PUBLIC_URL", "ftp://x"),
+        ("RELAY_PORTAL_TTL", "0"),
+    ):
+        with pytest.raises(SettingsError):
+            Settings.from_env({name: bad})
