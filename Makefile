@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/outbox.py
 	$(BIN)/python bench/ack.py
 	$(BIN)/python bench/filters.py
+	$(BIN)/python bench/apiauth.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache

@@ -295,6 +295,25 @@ async def test_every_documented_answer_matches(
     await check("PATCH", one, 200, path=f"/v1/endpoints/{off['id']}", json={"enabled": False})
     await check("POST", test, 409, path=f"/v1/endpoints/{off['id']}/test")
 
+    # -- every route: 403 for a key without its scope (the scope is checked before the
+    # owner, the body or the id), 429 for a key past its rate limit (before the rest)
+    limited_store = await make_store(api_rate=0.01, api_burst=1)
+    limited_api = await make_api(limited_store)
+    limited_check = Checker(limited_api.url, doc, limited_api.session)
+    slow = await limited_check("POST", keys, 201, json={"app": "default", "scopes": ["read"]})
+    await limited_check("GET", "/v1/endpoints", 200, headers=auth(slow))  # its burst of 1
+    reader = auth(await check("POST", keys, 201, json={"app": "default", "scopes": ["read"]}))
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            if "security" not in op:
+                continue
+            concrete = path.replace("{id}", UNKNOWN_EP).replace("{app}", "default")
+            key = reader if (method, path) == ("post", "/v1/events") else as_pub
+            await check(method.upper(), path, 403, path=concrete, headers=key)
+            await limited_check(method.upper(), path, 429, path=concrete, headers=auth(slow))
+    check.seen |= limited_check.seen
+    assert not limited_check.mismatches, limited_check.mismatches
+
     # -- operations
     await check("GET", "/v1/stats", 200)
     await check("GET", "/v1/stats", 401, session=anon)
@@ -380,6 +399,10 @@ async def replication_unconfirmed(
     assert data["error"] == "replication_timeout", data
     assert not check.mismatches, check.mismatches
     return check.seen
+
+
+def auth(key: dict[str, Any]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key['token']}"}
 
 
 def json_type() -> dict[str, str]:
