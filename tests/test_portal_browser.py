@@ -324,6 +324,28 @@ async def test_expired_or_missing_token_gets_a_clear_page(
         await expect(page.locator("#gone-title")).to_have_text("This page needs a link")
         assert_token_kept(seen, session["token"])
 
+        # A session that expires while its page is open (a form half filled): the next
+        # call (the page polls) closes the form and shows the expired page.
+        from relay.domain.access import token_hash
+
+        ends = await store.create_portal_session(
+            session_id="prt_brief", app="acme", scopes=["read", "manage"],
+            token_hash=token_hash("rp_brief-session-token"), ttl_ms=2000,
+        )  # fmt: skip
+        page = await ctx.new_page()
+        await page.goto(f"{api.url}/portal/#token=rp_brief-session-token")
+        await expect(page.locator("#portal")).to_be_visible()
+        await page.click("#p-new")
+        await fill(page, "URL", "http://127.0.0.1:9/x")
+
+        async def over() -> bool:
+            return bool(await store.now_ms() > ends)
+
+        await _until(over, "the brief session to expire")
+        await expect(page.locator("#gone-title")).to_have_text("This link has expired")
+        await expect(page.locator("dialog")).to_have_count(0)
+        await expect(page.locator("#portal")).to_be_hidden()
+
 
 async def test_dashboard_creates_edits_disables_rotates_deletes(
     make_store: Any, make_api: Any, cdp: str

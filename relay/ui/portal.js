@@ -81,6 +81,7 @@
     sessionStorage.removeItem(KEY);
     state.token = null;
     $("portal").hidden = true;
+    for (const d of document.querySelectorAll("dialog")) d.remove(); // a half-filled form
     $("gone").hidden = false;
     $("gone-title").textContent = expired ? "This link has expired" : "This page needs a link";
     $("gone-text").textContent = expired
@@ -180,9 +181,14 @@
       endpoint: ep,
       types: state.types,
       save: (body) => {
-        if (ep) return api("PATCH", `v1/endpoints/${encodeURIComponent(ep.id)}`, null, body);
-        if (state.app) body.app = state.app;
-        return api("POST", "v1/endpoints", null, body);
+        if (!ep && state.app) body.app = state.app;
+        const sent = ep ? api("PATCH", `v1/endpoints/${encodeURIComponent(ep.id)}`, null, body) : api("POST", "v1/endpoints", null, body);
+        // An expired link closes the form and shows the expired page; other errors stay in it.
+        return sent.catch((e) => {
+          if (!(e instanceof Gone)) throw e;
+          showGone(true);
+          return null;
+        });
       },
     }).catch((e) => fail(e));
     if (!saved) return;
@@ -301,6 +307,7 @@
     scheduled: (w) => `due ${ago(w.until)}`,
   };
   function when(d) {
+    if (d.lane_blocked && (d.status === "pending" || d.status === "held")) return WAIT.lane_blocked();
     const w = d.waiting && WAIT[d.waiting.reason];
     if (w) return w(d.waiting);
     if (d.status === "held") return "held: endpoint disabled";
