@@ -345,6 +345,28 @@ async def test_a_revocation_holds_at_once_on_every_api_replica(
                 assert resp.status == 401 and (await resp.json())["error"] == "unauthorized"
 
 
+async def test_revoking_a_key_ends_the_portal_sessions_it_opened(
+    make_store: Any, make_api: Any
+) -> None:
+    api = await make_api(await make_store())
+    made = await (await api.session.post(api.url + "/v1/api-keys", json={
+        "app": "A", "scopes": ["manage"]})).json()  # fmt: skip
+    key = {"Authorization": f"Bearer {made['token']}"}
+    async with aiohttp.ClientSession(headers=key) as s:
+        async with s.post(api.url + "/v1/apps/A/portal") as resp:
+            assert resp.status == 201
+            by_key = (await resp.json())["token"]
+    async with api.session.post(api.url + "/v1/apps/A/portal") as resp:
+        by_operator = (await resp.json())["token"]
+    async with api.session.delete(api.url + f"/v1/api-keys/{made['id']}") as resp:
+        assert resp.status == 204
+    for token, status in ((by_key, 401), (by_operator, 200)):
+        bearer = {"Authorization": f"Bearer {token}"}
+        async with aiohttp.ClientSession(headers=bearer) as s:
+            async with s.get(api.url + "/v1/endpoints") as resp:
+                assert resp.status == status
+
+
 async def test_portal_session_url_and_page_headers(make_store: Any, make_api: Any) -> None:
     store = await make_store(
         portal_ttl=120.0,
