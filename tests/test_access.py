@@ -459,3 +459,27 @@ def test_tenancy_settings() -> None:
     ):
         with pytest.raises(SettingsError):
             Settings.from_env({name: bad})
+
+
+async def test_keys_and_sessions_on_a_redis_cluster(cluster_store: Any, make_api: Any) -> None:
+    """The {auth} scripts on a real 3-master cluster: each call's keys in one slot."""
+    store = await cluster_store()
+    api = await make_api(store)
+    made = await (await api.session.post(api.url + "/v1/api-keys", json={
+        "app": "A", "scopes": ["manage"]})).json()  # fmt: skip
+    key = {"Authorization": f"Bearer {made['token']}"}
+    async with aiohttp.ClientSession(headers=key) as s:
+        async with s.post(api.url + "/v1/endpoints", json={"url": "http://127.0.0.1:9/c"}) as r:
+            assert r.status == 201 and (await r.json())["app"] == "A"
+            ep = (await r.json())["id"]
+        async with s.get(api.url + f"/v1/endpoints/{ep}") as r:
+            assert r.status == 200
+        async with s.post(api.url + "/v1/apps/A/portal") as r:
+            portal = (await r.json())["token"]
+        async with api.session.delete(api.url + f"/v1/api-keys/{made['id']}") as r:
+            assert r.status == 204
+        async with s.get(api.url + "/v1/endpoints") as r:
+            assert r.status == 401
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {portal}"}) as s:
+        async with s.get(api.url + "/v1/endpoints") as r:
+            assert r.status == 401
