@@ -9,14 +9,24 @@ key, not even in a listing), and every answer A's callers get for B's. Logs of t
 whole run are captured and searched for every token.
 
 A row is one line: ``R("METHOD /path", target, "admin pub read manage portal B revoked
-expired none")``; ``target`` says what ``{id}`` (or ``{app}``) is, a trailing ``!``
-meaning a fresh one per request (for routes that change or use it up).
+expired none")``; ``target`` says what ``{id}`` (or ``{app}``, ``{name}``) is, a
+trailing ``!`` meaning a fresh one per request (for routes that change or use it up).
+The rows the merges of other branches need (``relay/api/access.py`` has their rules):
+
+    R("POST /v1/deliveries/{id}/discard", "delivery!", f"... 403 403 ... 404 {NO}"),
+    R("GET /v1/event-types", "", f"200 403 200 200 200 200 {NO}"),
+    R("GET /v1/event-types/{name}", "event-type", f"200 403 200 200 200 200 {NO}"),
+    R("POST /v1/event-types", "", f"201 403 403 403 403 403 {NO}", {"name": "t.new"}),
+    R("PATCH /v1/event-types/{name}", "event-type!", f"200 403 403 403 403 403 {NO}", {...}),
+    R("DELETE /v1/event-types/{name}", "event-type!", f"204 403 403 403 403 403 {NO}"),
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,6 +190,14 @@ class World:
             return str((await self.key("A", ["read"]))["id"])
         if kind == "replay":
             return str(self.replay)
+        if kind in ("event-type", "event-type!"):  # the catalog's routes ({name})
+            if kind == "event-type" and getattr(self, "event_type", None):
+                return str(self.event_type)
+            name = f"t.{uuid.uuid4().hex[:8]}"
+            await self.admin("POST", "/v1/event-types", 201, json={"name": name})
+            if kind == "event-type":
+                self.event_type = name
+            return name
         if kind == "replay!":
             return str((await self.admin("POST", "/v1/replays", 202, json=WINDOW))["id"])
         raise AssertionError(f"unknown target {kind!r}")
@@ -225,7 +243,7 @@ async def test_every_route_and_caller_gets_the_status_of_the_table(
                     path, value = template, ""
                     if "{" in template:
                         value = await world.target(row.target)
-                        path = template.replace("{id}", value).replace("{app}", value)
+                        path = re.sub(r"\{(id|app|name)\}", value, template)
                     kw = {"json": row.body} if row.body is not None else {}
                     async with sessions[column].request(method, api.url + path, **kw) as resp:
                         raw = await resp.read()
