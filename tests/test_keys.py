@@ -408,13 +408,19 @@ async def lifecycle(store: Store) -> None:
     assert (await store.authenticate("h0", 10, 5)).state == "unknown"
     await store.create_portal_session(
         session_id="prt_k", app="shop", scopes=["read"], token_hash="h2", ttl_ms=60_000
-    )
+    )  # the operator's
+    await store.create_portal_session(
+        session_id="prt_j", app="shop", scopes=["read"], token_hash="h3", ttl_ms=60_000,
+        opened_by="key_k",
+    )  # fmt: skip
     assert [k["id"] for k in await store.list_api_keys("shop")] == ["key_k"]
     assert await store.get_api_key("key_k")
     assert await store.app_of("endpoint", shop["id"]) == "shop"
     assert await store.app_of("event", event_id) == "shop"
     assert await store.app_of("delivery", a.id) == "shop"
     assert await store.revoke_api_key("key_k")
+    assert (await store.authenticate("h3", 10, 5)).state == "unknown"  # ended with its key
+    assert (await store.authenticate("h2", 10, 5)).state == "ok"
 
     swept = await store.expire_shard(sk, succeeded_before=10**15, dead_before=10**15, limit=100)
     assert swept.deliveries == 6 and swept.events == 1  # the event went with its last one

@@ -388,6 +388,7 @@ async def replication_unconfirmed(
         ("POST", "/v1/endpoints", "/v1/endpoints", {"json": {"url": "http://127.0.0.1:9/x"}}),
         ("POST", "/v1/events", "/v1/events", {"json": event, "headers": {"Idempotency-Key": "u"}}),
         ("POST", "/v1/endpoints/{id}/test", f"/v1/endpoints/{ok}/test", {}),
+        ("POST", "/v1/apps/{app}/portal", "/v1/apps/default/portal", {}),
         ("POST", "/v1/api-keys", "/v1/api-keys", {"json": {"app": "a", "scopes": ["read"]}}),
     ]
     for method, template, path, kw in calls:

@@ -71,6 +71,14 @@ RULES: dict[str, Rule] = {
     "GET /v1/ui/deliveries": ADMIN_ONLY,
     "GET /v1/ui/deliveries/{id}": ADMIN_ONLY,
     "GET /v1/ui/endpoint-health": ADMIN_ONLY,
+    # routes of other branches (issue 14's discard, the event type catalog), ready for
+    # their merge: the catalog is shared by every app, so keys read it, the operator writes
+    "POST /v1/deliveries/{id}/discard": Rule("manage", "delivery"),
+    "GET /v1/event-types": READ,
+    "GET /v1/event-types/{name}": READ,
+    "POST /v1/event-types": ADMIN_ONLY,
+    "PATCH /v1/event-types/{name}": ADMIN_ONLY,
+    "DELETE /v1/event-types/{name}": ADMIN_ONLY,
 }
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
 
+from relay.api.access import principal
 from relay.api.common import PUBLISHER, SETTINGS, STORE, ApiError, body, json, query, route
 from relay.api.endpoints import load as load_endpoint
 from relay.api.models import ErrorOut, EventOut
@@ -130,7 +131,7 @@ def base_url(request: web.Request) -> str:
     "POST",
     "/v1/apps/{app}/portal",
     summary="Open a portal session for one app: a URL for the app's customer",
-    responses={201: PortalOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    responses={201: PortalOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut, 503: ErrorOut},
     body_required=False,
 )
 async def portal_session(request: web.Request) -> web.Response:
@@ -140,6 +141,7 @@ async def portal_session(request: web.Request) -> web.Response:
     except ValidationError:
         raise ApiError(422, "validation_error", f"app: {app!r} is not an app name") from None
     settings = request.app[SETTINGS]
+    who = principal(request)
     token = access.new_token(access.PORTAL_TOKEN_PREFIX)
     expires_at = await request.app[STORE].create_portal_session(
         session_id=access.new_portal_id(),
@@ -147,6 +149,7 @@ async def portal_session(request: web.Request) -> web.Response:
         scopes=sorted(access.PORTAL_SCOPES),
         token_hash=access.token_hash(token),
         ttl_ms=int(settings.portal_ttl * 1000),
+        opened_by=None if who.is_admin else who.id,  # revoking that key ends the session
     )
     url = f"{base_url(request)}/portal/#token={token}"
     return json({"url": url, "token": token, "expires_at": expires_at}, status=201)

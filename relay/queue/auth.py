@@ -5,7 +5,8 @@ A credential (``Keys.credential(sha256 of the token)``) is a JSON string: ``kind
 ``expires_at`` (ms). An API key also has a record (``Keys.api_key``, a hash) and an entry
 in the index ``Keys.api_keys``, for listing and revocation. A portal session's
 credential carries a TTL: ``expires_at`` plus ``PORTAL_LINGER``, the while during which
-it answers "expired" rather than "unknown".
+it answers "expired" rather than "unknown"; one opened with an API key is noted under
+that key (``Keys.key_sessions``), and revoking the key deletes it too.
 
 Also here: the app a resource belongs to (``app_of``), the one read the API's access
 check makes before a scoped request for one endpoint, event or delivery.
@@ -91,25 +92,35 @@ class AuthRecords(StoreBase):
         token_hash = await self.redis.hget(self.keys.api_key(key_id), "token_hash")
         if not token_hash:
             return False
+        sessions = sorted(await self.redis.smembers(self.keys.key_sessions(key_id)))
         keys = [
             self.keys.api_key(key_id),
             self.keys.credential(token_hash),
             self.keys.api_rate(token_hash),
             self.keys.api_keys,
+            self.keys.key_sessions(key_id),
+            *(self.keys.credential(h) for h in sessions),
         ]
         done = await self.scripts.apikey_revoke(
             keys=keys,
-            args=[key_id, token_hash],
+            args=[key_id, token_hash, len(sessions)],
             ack=(self.settings.ack_replicas, self.settings.ack_timeout),
         )
         return bool(int(done))
 
     async def create_portal_session(
-        self, *, session_id: str, app: str, scopes: list[str], token_hash: str, ttl_ms: int
+        self,
+        *,
+        session_id: str,
+        app: str,
+        scopes: list[str],
+        token_hash: str,
+        ttl_ms: int,
+        opened_by: str | None = None,
     ) -> int:
         """Store a portal session's credential, expiring ``ttl_ms`` from now (Redis's
-        clock); returns ``expires_at`` (ms). One ``SET PX``: it exists with its TTL or
-        not at all."""
+        clock); returns ``expires_at`` (ms). ``opened_by``: the API key that opened it
+        (revoking the key ends the session); None for the operator."""
         expires_at = await self.now_ms() + ttl_ms
         credential = {
             "kind": "portal",
@@ -119,12 +130,16 @@ class AuthRecords(StoreBase):
             "hash": token_hash,
             "expires_at": expires_at,
         }
-        await self.redis.set(
-            self.keys.credential(token_hash),
+        keys = [self.keys.credential(token_hash), self.keys.key_sessions(opened_by or "-")]
+        args = [
             orjson.dumps(credential),
-            px=ttl_ms + PORTAL_LINGER_MS,
-            nx=True,
-        )
+            ttl_ms + PORTAL_LINGER_MS,
+            token_hash,
+            int(bool(opened_by)),
+        ]
+        ack = (self.settings.ack_replicas, self.settings.ack_timeout)
+        if not int(await self.scripts.portal_create(keys=keys, args=args, ack=ack)):
+            raise ValueError("portal session token hash taken")  # 256 random bits: never
         return expires_at
 
     async def app_of(self, kind: str, ident: str) -> str | None:

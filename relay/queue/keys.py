@@ -44,6 +44,7 @@ key                                        type    holds
 ``relay:v1:{auth}:key:<key_id>``           hash    API key: app, scopes, name, created, token hash
 ``relay:v1:{auth}:keys``                   zset    every API key id, score = created (ms)
 ``relay:v1:{auth}:cred:<token_sha256>``    string  credential of a token hash: kind, id, app, scopes
+``relay:v1:{auth}:sessions:<key_id>``      set     portal sessions that key opened (token hashes)
 ``relay:v1:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
 ``relay:v1:{tag}:guard``                   none    never written: every script call declares it
 =========================================  ======  =============================================
@@ -208,6 +209,10 @@ class Keys:
     def credential(self, token_hash: str) -> str:
         """A key's or portal session's record; a portal session's has a TTL."""
         return f"{self.prefix}:v1:{{auth}}:cred:{token_hash}"
+
+    def key_sessions(self, key_id: str) -> str:
+        """Token hashes of the portal sessions an API key opened (they end with it)."""
+        return f"{self.prefix}:v1:{{auth}}:sessions:{key_id}"
 
     def api_rate(self, token_hash: str) -> str:
         return f"{self.prefix}:v1:{{auth}}:rate:{token_hash}"
