@@ -358,7 +358,7 @@ async def test_dashboard_creates_edits_disables_rotates_deletes(
 
     store = await make_store(breaker_threshold=1)
     api = await make_api(store)
-    async with context(cdp, viewport={"width": 1000, "height": 800}) as ctx:
+    async with context(cdp, viewport={"width": 1366, "height": 800}) as ctx:
         page = await ctx.new_page()
         seen = watch(page)
         await page.goto(api.url + "/ui/#/endpoints")
@@ -376,6 +376,13 @@ async def test_dashboard_creates_edits_disables_rotates_deletes(
         assert (ep["app"], ep["event_types"], ep["max_in_flight"]) == ("acme", ["invoice.*"], 4)
         row = page.locator(f'#endpoints tr[data-id="{ep["id"]}"]')
         await expect(row.locator(f'[data-secret="{ep["id"]}"] code')).to_have_text(ep["secret"])
+        # Every action button on the row is inside the table's visible box at 1,366 px.
+        edges = await row.evaluate(
+            """r => [Math.max(...[...r.querySelectorAll('button')].map(
+                       b => b.getBoundingClientRect().right)),
+                     r.closest('.table-wrap').getBoundingClientRect().right]"""
+        )
+        assert edges[0] <= edges[1] + 0.5, f"a button is cut off: {edges}"
 
         await row.get_by_role("button", name="Edit").click()
         await fill(page, "URL", "http://127.0.0.1:9/dash-v2")
