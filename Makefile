@@ -26,7 +26,7 @@ test: $(STAMP) lint
 	$(BIN)/pytest -q
 
 screenshots: $(STAMP)
-	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/test_browser.py tests/test_browser_types.py
+	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/test_browser.py tests/test_browser_types.py tests/test_portal_browser.py
 
 crash: $(STAMP)
 	$(BIN)/python scripts/crash.py
@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/filters.py
 	$(BIN)/python bench/crypto.py
 	$(BIN)/python bench/tracing.py
+	$(BIN)/python bench/apiauth.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache

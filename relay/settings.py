@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from relay.domain import otelenv
+from relay.domain import access, otelenv
 from relay.domain.retry import max_attempts_for, parse_duration, parse_schedule
 
 DEFAULT_SCHEDULE = "5s,5m,30m,2h,5h,10h,10h"
@@ -74,6 +74,12 @@ class Settings:
     port: int = 8080
     api_tokens: tuple[str, ...] = field(default=(), repr=False)
     auth_disabled: bool = False
+    # Tenancy (relay/api/access.py): app-scoped API keys and portal sessions
+    api_rate: float = 100.0  # requests/s per API key or portal session (0: no limit)
+    api_burst: int = 200  # requests a key may make at once before the rate applies
+    portal_ttl: float = 3600.0  # a portal session's lifetime
+    portal_frame_ancestors: str = ""  # CSP frame-ancestors of /portal/ ("": 'none')
+    public_url: str = ""  # base of portal URLs ("": the request's own)
     retry_schedule: tuple[float, ...] = parse_schedule(DEFAULT_SCHEDULE)
     retry_jitter: float = 0.2
     retry_after_cap: float = 3600.0
@@ -229,6 +235,12 @@ class Settings:
         convert("PORT", "port", _port)
         convert("API_TOKENS", "api_tokens", _tokens)
         convert("AUTH_DISABLED", "auth_disabled", flag)
+        convert("API_RATE", "api_rate", access.parse_api_rate)
+        if "api_rate" in values:  # (rate, burst)
+            values["api_rate"], values["api_burst"] = values["api_rate"]  # type: ignore[misc]
+        convert("PORTAL_TTL", "portal_ttl", _positive_duration)
+        convert("PORTAL_FRAME_ANCESTORS", "portal_frame_ancestors", access.parse_frame_ancestors)
+        convert("PUBLIC_URL", "public_url", access.parse_public_url)
         convert("RETRY_SCHEDULE", "retry_schedule", parse_schedule)
         convert("RETRY_JITTER", "retry_jitter", _fraction)
         convert("RETRY_AFTER_CAP", "retry_after_cap", parse_duration)

@@ -88,6 +88,7 @@ def builders(keys: Keys) -> Iterator[tuple[str, str, str]]:
         else:
             yield f"Keys.{name}", "channel" if name in channels else "key", value
     yield "guard_key(cfg)", "key", guard_key(keys.endpoints)
+    yield "guard_key(auth)", "key", guard_key(keys.api_keys)
 
 
 def pattern(key: str) -> re.Pattern[str]:
@@ -405,6 +406,28 @@ async def lifecycle(store: Store) -> None:
     await store.reset_failing(shop["id"])
     assert await store.ping()
     await store.check_writable()  # /readyz (issue 11)
+
+    # API keys and portal sessions (issue 13)
+    assert await store.create_api_key(
+        key_id="key_k", app="shop", scopes=["read"], name="n", token_hash="h1"
+    )
+    assert (await store.authenticate("h1", 10, 5)).state == "ok"
+    assert (await store.authenticate("h0", 10, 5)).state == "unknown"
+    await store.create_portal_session(
+        session_id="prt_k", app="shop", scopes=["read"], token_hash="h2", ttl_ms=60_000
+    )  # the operator's
+    await store.create_portal_session(
+        session_id="prt_j", app="shop", scopes=["read"], token_hash="h3", ttl_ms=60_000,
+        opened_by="key_k",
+    )  # fmt: skip
+    assert [k["id"] for k in await store.list_api_keys("shop")] == ["key_k"]
+    assert await store.get_api_key("key_k")
+    assert await store.app_of("endpoint", shop["id"]) == "shop"
+    assert await store.app_of("event", event_id) == "shop"
+    assert await store.app_of("delivery", a.id) == "shop"
+    assert await store.revoke_api_key("key_k")
+    assert (await store.authenticate("h3", 10, 5)).state == "unknown"  # ended with its key
+    assert (await store.authenticate("h2", 10, 5)).state == "ok"
 
     swept = await store.expire_shard(sk, succeeded_before=10**15, dead_before=10**15, limit=100)
     assert swept.deliveries == 6 and swept.events == 1  # the event went with its last one

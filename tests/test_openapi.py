@@ -34,7 +34,9 @@ UNKNOWN_EP = "ep_01M8NRGJEW00N08E236MWQ75WB"
 
 
 def is_static(path: str) -> bool:
-    return path == "/ui" or path.startswith("/ui/")
+    # the page /portal/ itself is checked below (its headers); its files are static
+    portal_file = path == "/portal" or (path.startswith("/portal/") and path != "/portal/")
+    return path == "/ui" or path.startswith("/ui/") or portal_file
 
 
 def strict(doc: dict[str, Any]) -> dict[str, Any]:
@@ -261,6 +263,63 @@ async def test_every_documented_answer_matches(
     await check("POST", cancel, 404, path="/v1/replays/rpl_nope/cancel")
     await check("POST", cancel, 401, path=f"/v1/replays/{job['id']}/cancel", session=anon)
 
+    # -- API keys, portal sessions, test events (issue 13)
+    keys = "/v1/api-keys"
+    made = await check("POST", keys, 201, json={"app": "default", "scopes": ["read"]})
+    pub = await check("POST", keys, 201, json={"app": "default", "scopes": ["publish"]})
+    await check("POST", keys, 400, data=b"{", headers=json_type())
+    await check("POST", keys, 413, data=big, headers=json_type())
+    await check("POST", keys, 422, json={"app": "default", "scopes": ["root"]})
+    await check("POST", keys, 401, json={"app": "a", "scopes": ["read"]}, session=anon)
+    bearer = {"Authorization": f"Bearer {made['token']}"}
+    as_pub = {"Authorization": f"Bearer {pub['token']}"}
+    await check("POST", keys, 403, json={"app": "a", "scopes": ["read"]}, headers=bearer)
+    await check("GET", keys, 200, path=keys + "?app=default")
+    await check("GET", keys, 422, path=keys + "?app=%20bad")
+    await check("GET", keys, 401, session=anon)
+    await check("GET", keys, 403, headers=bearer)
+    one_key = "/v1/api-keys/{id}"
+    await check("DELETE", one_key, 403, path=f"{keys}/{made['id']}", headers=bearer)
+    await check("DELETE", one_key, 401, path=f"{keys}/{made['id']}", session=anon)
+    await check("DELETE", one_key, 204, path=f"{keys}/{made['id']}")
+    await check("DELETE", one_key, 404, path=f"{keys}/{made['id']}")
+    portal = "/v1/apps/{app}/portal"
+    await check("POST", portal, 201, path="/v1/apps/default/portal")
+    await check("POST", portal, 422, path="/v1/apps/%20bad/portal")
+    await check("POST", portal, 401, path="/v1/apps/default/portal", session=anon)
+    await check("POST", portal, 403, path="/v1/apps/default/portal", headers=as_pub)
+    manager = await check("POST", keys, 201, json={"app": "other", "scopes": ["manage"]})
+    as_other = {"Authorization": f"Bearer {manager['token']}"}
+    await check("POST", portal, 404, path="/v1/apps/default/portal", headers=as_other)
+    await check("GET", "/portal/", 200, session=anon)
+    test = "/v1/endpoints/{id}/test"
+    await check("POST", test, 201, path=f"/v1/endpoints/{ok['id']}/test")
+    await check("POST", test, 404, path=f"/v1/endpoints/{UNKNOWN_EP}/test")
+    await check("POST", test, 401, path=f"/v1/endpoints/{ok['id']}/test", session=anon)
+    off = await check("POST", "/v1/endpoints", 201, json={"url": "http://127.0.0.1:9/off"})
+    await check("PATCH", one, 200, path=f"/v1/endpoints/{off['id']}", json={"enabled": False})
+    await check("POST", test, 409, path=f"/v1/endpoints/{off['id']}/test")
+
+    # -- every route: 403 for a key without its scope (the scope is checked before the
+    # owner, the body or the id), 429 for a key past its rate limit (before the rest)
+    limited_store = await make_store(api_rate=0.01, api_burst=1)
+    limited_api = await make_api(limited_store)
+    limited_check = Checker(limited_api.url, doc, limited_api.session)
+    slow = await limited_check("POST", keys, 201, json={"app": "default", "scopes": ["read"]})
+    await limited_check("GET", "/v1/endpoints", 200, headers=auth(slow))  # its burst of 1
+    reader = auth(await check("POST", keys, 201, json={"app": "default", "scopes": ["read"]}))
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            if "security" not in op:
+                continue
+            concrete = path.replace("{id}", UNKNOWN_EP).replace("{app}", "default")
+            concrete = concrete.replace("{name}", "no.such.type")
+            key = reader if (method, path) == ("post", "/v1/events") else as_pub
+            await check(method.upper(), path, 403, path=concrete, headers=key)
+            await limited_check(method.upper(), path, 429, path=concrete, headers=auth(slow))
+    check.seen |= limited_check.seen
+    assert not limited_check.mismatches, limited_check.mismatches
+
     # -- operations
     await check("GET", "/v1/stats", 200)
     await check("GET", "/v1/stats", 401, session=anon)
@@ -348,12 +407,23 @@ async def replication_unconfirmed(
         ("POST", "/v1/event-types", "/v1/event-types", {"json": {"name": "another.type"}}),
         ("PATCH", "/v1/event-types/{name}", "/v1/event-types/spare.type", {"json": {}}),
         ("DELETE", "/v1/event-types/{name}", "/v1/event-types/spare.type", {}),
+        ("POST", "/v1/endpoints/{id}/test", f"/v1/endpoints/{ok}/test", {}),
+        ("POST", "/v1/apps/{app}/portal", "/v1/apps/default/portal", {}),
+        ("POST", "/v1/api-keys", "/v1/api-keys", {"json": {"app": "a", "scopes": ["read"]}}),
     ]
     for method, template, path, kw in calls:
         data = await check(method, template, 503, path=path, **kw)
         assert data["error"] == "replication_timeout", (path, data)
+    # a revocation through the confirmed path too (the key made above, unconfirmed, exists)
+    (key,) = await store.list_api_keys("a")
+    data = await check("DELETE", "/v1/api-keys/{id}", 503, path=f"/v1/api-keys/{key['id']}")
+    assert data["error"] == "replication_timeout", data
     assert not check.mismatches, check.mismatches
     return check.seen
+
+
+def auth(key: dict[str, Any]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key['token']}"}
 
 
 def json_type() -> dict[str, str]:

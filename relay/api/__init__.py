@@ -9,11 +9,13 @@ import structlog
 from aiohttp import web
 
 from relay.api import (  # noqa: F401
+    apikeys,
     deliveries,
     endpoints,
     events,
     eventtypes,
     ops,
+    portal,
     rawerrors,
     replays,
     ui,

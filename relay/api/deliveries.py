@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from relay.api.access import scoped_app
 from relay.api.common import STORE, ApiError, body, found, json, query, route
 from relay.api.endpoints import load as load_endpoint
 from relay.api.models import (
@@ -44,6 +45,7 @@ async def listing(
             event_type=q.type,
             limit=q.limit,
             cursor=q.cursor,
+            app=scoped_app(request),  # a key lists its own app's only
         )
     except ValueError as exc:
         raise ApiError(422, "validation_error", f"cursor: {exc}") from None

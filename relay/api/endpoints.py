@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from relay.api.access import pinned_app, scoped_app
 from relay.api.common import STORE, ApiError, body, json, query, route
 from relay.api.models import (
     EndpointIn,
@@ -45,8 +46,9 @@ async def load(request: web.Request) -> dict[str, Any]:
 )
 async def create(request: web.Request) -> web.Response:
     data, _ = await body(request, EndpointIn)
+    app = pinned_app(request, data.app, "app" in data.model_fields_set, ApiError)
     try:
-        endpoint = await Lifecycle(request.app[STORE]).create(data.model_dump())
+        endpoint = await Lifecycle(request.app[STORE]).create({**data.model_dump(), "app": app})
     except UnknownEventTypes as exc:
         raise ApiError(422, "unknown_event_type", str(exc)) from None
     return json(public_endpoint(endpoint, with_secret=True), status=201)
@@ -65,7 +67,10 @@ async def with_breakers(request: web.Request, endpoints: list[dict[str, Any]]) -
 )
 async def list_(request: web.Request) -> web.Response:
     q = query(request, EndpointQuery)
-    endpoints = await request.app[STORE].list_endpoints(q.app)
+    own = scoped_app(request)  # a key lists its own app's only
+    if own is not None and q.app not in (None, own):
+        return json({"data": []})
+    endpoints = await request.app[STORE].list_endpoints(own or q.app)
     return json({"data": await with_breakers(request, endpoints)})
 
 
@@ -118,6 +123,8 @@ async def patch(request: web.Request) -> web.Response:
     await load(request)
     data, _ = await body(request, EndpointPatch)
     changes = data.model_dump(exclude_unset=True)
+    if changes.get("app") is not None:  # a key cannot move an endpoint to another app
+        changes["app"] = pinned_app(request, changes["app"], True, ApiError)
     try:
         endpoint = await Lifecycle(request.app[STORE]).update(request.match_info["id"], changes)
     except UnknownEventTypes as exc:

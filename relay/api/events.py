@@ -7,6 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from relay import tracing
+from relay.api.access import pinned_app
 from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, route
 from relay.api.models import ErrorOut, EventDetail, EventIn, EventOut
 from relay.domain import signing
@@ -54,6 +55,9 @@ async def publish(request: web.Request) -> web.Response:
 async def _publish(request: web.Request, span: Any = None) -> web.Response:
     idem = _idempotency_key(request)
     event, _ = await body(request, EventIn)
+    app = pinned_app(request, event.app, "app" in event.model_fields_set, ApiError)
+    if app != event.app:  # an app key publishes to its own app
+        event = event.model_copy(update={"app": app})
     trace = "" if span is None else tracing.carrier()
     try:
         done = await request.app[PUBLISHER].publish(event, idempotency_key=idem, trace=trace)

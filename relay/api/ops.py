@@ -112,6 +112,16 @@ def openapi_document() -> dict[str, Any]:
                     "content": {"application/json": {"schema": ref(ErrorOut)}},
                 },
             )
+            # relay.api.access: an app's API key or portal session without the scope, or
+            # past its rate limit (RELAY_API_RATE)
+            for status, text in ((403, "forbidden for this key"), (429, "rate_limited")):
+                op["responses"].setdefault(
+                    str(status),
+                    {
+                        "description": text,
+                        "content": {"application/json": {"schema": ref(ErrorOut)}},
+                    },
+                )
         paths.setdefault(spec.path, {})[spec.method.lower()] = op
     return {
         "openapi": "3.1.0",

@@ -46,6 +46,7 @@ STATIC = {
     "index.html": "text/html",
     "app.js": "text/javascript",
     "kit.js": "text/javascript",
+    "epform.js": "text/javascript",
     "app.css": "text/css",
 }
 # The page needs nothing but itself: no inline script, no other origin.
@@ -146,6 +147,11 @@ async def ui_script(request: web.Request) -> web.Response:
 @route("GET", "/ui/kit.js", summary="The dashboard's DOM, formatting and chart helpers", auth=False)
 async def ui_kit(request: web.Request) -> web.Response:
     return await _static("kit.js")
+
+
+@route("GET", "/ui/epform.js", summary="The dashboard's endpoint form", auth=False)
+async def ui_epform(request: web.Request) -> web.Response:
+    return await _static("epform.js")
 
 
 @route("GET", "/ui/app.css", summary="The dashboard style sheet", auth=False)

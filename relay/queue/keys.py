@@ -3,9 +3,9 @@
 Layout (prefix ``relay`` by default, ``v1`` is the layout version). Each queue shard
 lives under its own hash tag ``{sN}``, so every script touches one hash slot and the
 same code runs on a single Redis and on Redis Cluster. Endpoint configuration lives
-under the tag ``{cfg}``; each endpoint's shared health and pacing state (breaker, rate
-limit, in-flight slots) under its own tag ``{ep_X}``, settled by one script for all
-workers together.
+under the tag ``{cfg}``; API keys and portal sessions under ``{auth}``; each endpoint's
+shared health and pacing state (breaker, rate limit, in-flight slots) under its own tag
+``{ep_X}``, settled by one script for all workers together.
 
 The Lua scripts (``relay/queue/lua/``) name no key themselves: they get whole keys in
 KEYS, and for keys of ids only known inside a script (a claim's due ids, a sweep's
@@ -45,6 +45,11 @@ key                                        type    holds
 ``relay:v1:{rpl}:job:<replay_id>``         hash    a replay job: params, state, cursor, lease
 ``relay:v1:{rpl}:jobs``                    zset    every replay job id, score = created (ms)
 ``relay:v1:{rpl}:running``                 set     replay job ids a worker should advance
+``relay:v1:{auth}:key:<key_id>``           hash    API key: app, scopes, name, created, token hash
+``relay:v1:{auth}:keys``                   zset    every API key id, score = created (ms)
+``relay:v1:{auth}:cred:<token_sha256>``    string  credential of a token hash: kind, id, app, scopes
+``relay:v1:{auth}:sessions:<key_id>``      set     portal sessions that key opened (token hashes)
+``relay:v1:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
 ``relay:v1:{tag}:guard``                   none    never written: every script call declares it
 =========================================  ======  =============================================
 """
@@ -222,6 +227,27 @@ class Keys:
     @property
     def replays_running(self) -> str:
         return f"{self.prefix}:v1:{{rpl}}:running"
+
+    # API keys and portal sessions (relay/queue/auth.py), under their own tag {auth}.
+    # Tokens are never stored: a credential is found by the SHA-256 of its token.
+
+    def api_key(self, key_id: str) -> str:
+        return f"{self.prefix}:v1:{{auth}}:key:{key_id}"
+
+    @property
+    def api_keys(self) -> str:
+        return f"{self.prefix}:v1:{{auth}}:keys"
+
+    def credential(self, token_hash: str) -> str:
+        """A key's or portal session's record; a portal session's has a TTL."""
+        return f"{self.prefix}:v1:{{auth}}:cred:{token_hash}"
+
+    def key_sessions(self, key_id: str) -> str:
+        """Token hashes of the portal sessions an API key opened (they end with it)."""
+        return f"{self.prefix}:v1:{{auth}}:sessions:{key_id}"
+
+    def api_rate(self, token_hash: str) -> str:
+        return f"{self.prefix}:v1:{{auth}}:rate:{token_hash}"
 
     def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
         base = f"{self.prefix}:v1:{{{endpoint_id}}}:"

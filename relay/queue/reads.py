@@ -124,18 +124,21 @@ class Reads(StoreBase):
         event_type: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        app: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Newest first, across shards; ``cursor`` continues a previous page.
 
         ``event_type`` is exact or a prefix pattern (``order.*``). A filter that matches
         little scans a bounded number of index entries per call and returns the cursor of
         where it stopped, so a page may hold fewer than ``limit`` rows and still continue.
+        ``app``: only that app's deliveries (an app-scoped API key's listing).
         """
         after = decode_cursor(cursor) if cursor else None
 
         def wanted(row: dict[str, Any]) -> bool:
             return (
                 (status is None or row.get("status") == status)
+                and (app is None or row.get("app") == app)
                 and (endpoint_id is None or row.get("endpoint_id") == endpoint_id)
                 and (event_type is None or matching.matches([event_type], row.get("type", "")))
             )

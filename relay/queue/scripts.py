@@ -66,6 +66,10 @@ NAMES = (
     "replay_job",
     "event_type_put",
     "event_type_delete",
+    "authenticate",
+    "apikey_create",
+    "apikey_revoke",
+    "portal_create",
 )
 # Refusals that mean "this script did not run: the slot is moving or the cluster is
 # re-forming" (ClusterError covers redis-py's "TTL exhausted" after its own redirects

@@ -14,7 +14,8 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.eventtypes`: the event type catalog;
 * :mod:`relay.queue.dashboard`: the dashboard's per-minute series and endpoint health;
 * :mod:`relay.queue.facts`: the server's durability settings (``server_facts``);
-* :mod:`relay.queue.replays`: reconciliation replay jobs (records, index walk).
+* :mod:`relay.queue.replays`: reconciliation replay jobs (records, index walk);
+* :mod:`relay.queue.auth`: API keys and portal sessions (credentials, API rate limit).
 
 Services and entry points use the Store's methods, never its ``redis`` client.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from relay.queue.auth import AuthRecords
 from relay.queue.base import StoreBase, connect
 from relay.queue.dashboard import Dashboard
 from relay.queue.endpoints import EndpointRecords
@@ -60,7 +62,14 @@ __all__ = [
 
 
 class Store(
-    Transitions, Reads, EndpointRecords, EventTypeRecords, Dashboard, ServerFacts, ReplayJobs
+    Transitions,
+    Reads,
+    EndpointRecords,
+    EventTypeRecords,
+    Dashboard,
+    ServerFacts,
+    ReplayJobs,
+    AuthRecords,
 ):
     """relay's Redis data model, for one client and one settings object."""
 

@@ -30,6 +30,8 @@
     busy: false,
     types: new Set(),
     armed: null, // endpoint id whose "recover dead" awaits confirmation
+    armedAction: null, // "rotate:<id>" or "delete:<id>" awaiting a second click
+    shownSecret: null, // {id, secret} after a rotation, until hidden
     series: null, // the chart's last data, redrawn on resize
   };
 
@@ -89,20 +91,23 @@
   const WAIT_TEXT = {
     endpoint_disabled: () => "held: endpoint disabled",
     endpoint_deleted: () => "endpoint deleted",
-    breaker_open: (w) => `breaker open, next try ${ago(w.until)}`,
+    breaker_open: (w) => `breaker open until ${clock(w.until)}`,
     breaker_probing: (w) => `breaker probing, next try ${ago(w.until)}`,
     in_flight_cap: (w) => `in-flight cap, next try ${ago(w.until)}`,
     rate_limited: (w) => `rate limited, next try ${ago(w.until)}`,
     ordering_lane: () => "queued in its ordered lane",
     retry_backoff: (w) => `retry ${ago(w.until)}`,
     scheduled: (w) => `due ${ago(w.until)}`,
+    lane_blocked: () => "lane blocked: an earlier event of its key is dead",
   };
-  function waitText(w) {
+  function waitText(w, d) {
+    // Ordered delivery: a lane stopped at a dead head says so (the read's lane_blocked).
+    if (d && d.lane_blocked && (d.status === "pending" || d.status === "held")) return WAIT_TEXT.lane_blocked();
     const text = w && WAIT_TEXT[w.reason];
     return text ? text(w) : null;
   }
   function when(d) {
-    const waiting = waitText(d.waiting);
+    const waiting = waitText(d.waiting, d);
     if (d.status === "held") return el("span", { class: "muted", title: d.held || "endpoint_disabled" }, waiting || "held: endpoint disabled");
     if (d.status === "pending") {
       const title = d.waiting ? `${d.waiting.reason}${d.waiting.until ? ` until ${iso(d.waiting.until)}` : ""}` : iso(d.next_attempt_at);
@@ -344,7 +349,7 @@
     ];
     if (d.status === "held") rows.push(["Held", "endpoint disabled: resumes when it is enabled again", true]);
     else if (d.status === "pending") rows.push(["Next attempt", stamp(d.next_attempt_at), true]);
-    if (d.waiting && d.status === "pending") rows.push(["Waiting", `${waitText(d.waiting)}${d.waiting.until ? ` (${iso(d.waiting.until)})` : ""}`, true]);
+    if (d.waiting && d.status === "pending") rows.push(["Waiting", `${waitText(d.waiting, d)}${d.waiting.until ? ` (${iso(d.waiting.until)})` : ""}`, true]);
     if (d.lane) rows.push(["Ordered lane", el("span", { class: "mono" }, d.lane), true]);
     if (d.status === "queued") rows.push(["Waiting", `queued behind ${d.lane_head || "the head"} in its lane${d.lane_blocked ? ": the lane is blocked by a dead head" : ""}`, true]);
     if (d.blocking) rows.push(["Blocks its lane", "Replay sends it again, still first; Discard lets the next one go", true]);
@@ -503,7 +508,7 @@
   }
 
   function renderEndpoints() {
-    if (!changed("endpoints", [...state.endpoints.values()], [...state.health.values()], state.armed, coarse(10e3))) return;
+    if (!changed("endpoints", [...state.endpoints.values()], [...state.health.values()], state.armed, state.armedAction, state.shownSecret, coarse(10e3))) return;
     const rows = [...state.endpoints.values()].map((ep) => {
       const h = state.health.get(ep.id);
       const recover = state.armed === ep.id
@@ -515,7 +520,9 @@
           el("div", { class: "ellipsis strong", title: ep.url }, ep.url),
           el("div", { class: "sub-line" }, el("span", { class: "mono" }, ep.id), ep.description ? ` · ${ep.description}` : "",
             ep.signing === "ed25519" ? el("span", { class: "chip", title: `v1a signatures; public key ${ep.public_key}` }, "ed25519") : ""),
-          ep.enabled ? null : el("div", { class: "sub-line", title: ep.disabled_reason || "" }, badge("disabled", "disabled"), h && h.held ? ` ${num(h.held)} held` : "")),
+          ep.enabled ? null : el("div", { class: "sub-line", title: ep.disabled_reason || "" }, badge("disabled", "disabled"), h && h.held ? ` ${num(h.held)} held` : ""),
+          state.shownSecret && state.shownSecret.id === ep.id ? el("div", { class: "sub-line", dataset: { secret: ep.id } }, "new secret ", el("code", {}, state.shownSecret.secret), " ",
+            el("button", { type: "button", class: "btn small ghost", onclick: () => { state.shownSecret = null; renderEndpoints(); } }, "Hide")) : null),
         el("td", {}, ep.app),
         el("td", {}, ep.event_types.map((t) => el("span", { class: "chip" }, t)),
           ep.filter ? el("div", { class: "sub-line mono ellipsis", title: `filter: ${ep.filter}`, dataset: { col: "filter" } }, `filter: ${ep.filter}`) : null),
@@ -526,11 +533,63 @@
         el("td", { class: "num", dataset: { col: "dead" } }, h ? el("span", { class: h.dead ? "err-text strong" : "" }, num(h.dead)) : "—"),
         el("td", {}, el("div", { class: "actions" },
           el("button", { type: "button", class: "btn small ghost", onclick: () => showEndpointDeliveries(ep.id) }, "Deliveries"),
-          recover)),
+          recover, endpointActions(ep))),
       );
     });
     $("endpoints").tBodies[0].replaceChildren(...rows);
     $("endpoints-empty").hidden = rows.length > 0;
+  }
+
+  // ------------------------------------------------------------------ endpoint writes
+
+  function endpointActions(ep) {
+    const small = (text, onclick, cls) => el("button", { type: "button", class: `btn small ${cls || ""}`, onclick }, text);
+    const arm = (what) => () => { state.armedAction = `${what}:${ep.id}`; renderEndpoints(); };
+    const cancel = small("Cancel", () => { state.armedAction = null; renderEndpoints(); }, "ghost");
+    return [
+      small("Edit", () => editEndpoint(ep)),
+      small(ep.enabled ? "Disable" : "Enable", () => writeEndpoint("PATCH", ep, { enabled: !ep.enabled }, ep.enabled ? "Disabled" : "Enabled")),
+      state.armedAction === `rotate:${ep.id}` ? [small("Rotate now", () => rotateSecret(ep), "danger"), cancel] : small("Rotate…", arm("rotate")),
+      state.armedAction === `delete:${ep.id}` ? [small("Delete now", () => writeEndpoint("DELETE", ep, undefined, "Deleted"), "danger"), cancel] : small("Delete…", arm("delete"), "ghost"),
+    ].flat();
+  }
+
+  async function editEndpoint(ep) {
+    const saved = await window.relayEpForm.open({
+      title: ep ? `Edit ${ep.id}` : "New endpoint",
+      endpoint: ep,
+      types: [...state.types, ...[...state.endpoints.values()].flatMap((e) => e.event_types)].filter((t) => t !== "*"),
+      withApp: true,
+      withLimits: true,
+      save: (body) => (ep ? api("PATCH", `v1/endpoints/${encodeURIComponent(ep.id)}`, null, body) : api("POST", "v1/endpoints", null, body)),
+    });
+    if (!saved) return;
+    if (!ep && saved.secret) state.shownSecret = { id: saved.id, secret: saved.secret };
+    toast(`${ep ? "Saved" : "Created"} ${saved.id}`);
+    await refresh();
+  }
+
+  async function writeEndpoint(method, ep, body, done) {
+    state.armedAction = null;
+    try {
+      await api(method, `v1/endpoints/${encodeURIComponent(ep.id)}`, null, body);
+      toast(`${done} ${endpointLabel(ep.id)}`);
+    } catch (e) {
+      handleError(e);
+    }
+    await refresh();
+  }
+
+  async function rotateSecret(ep) {
+    state.armedAction = null;
+    try {
+      const res = await api("POST", `v1/endpoints/${encodeURIComponent(ep.id)}/rotate-secret`, null, {});
+      state.shownSecret = { id: ep.id, secret: res.secret };
+      toast(`Rotated the secret of ${endpointLabel(ep.id)}${res.previous_secret_expires_at ? `; the old one signs too until ${clock(res.previous_secret_expires_at)}` : ""}`);
+    } catch (e) {
+      handleError(e);
+    }
+    await refresh();
   }
 
   function showEndpointDeliveries(id) {
@@ -695,6 +754,7 @@
       replayRange(false);
     });
     $("r-count").addEventListener("click", () => replayRange(true));
+    $("ep-new").addEventListener("click", () => editEndpoint(null).catch(handleError));
     $("f-reset").addEventListener("click", () => {
       $("f-status").value = "";
       $("f-endpoint").value = "";

@@ -1,0 +1,186 @@
+"""``/v1/api-keys`` (the operator's), ``/v1/apps/{app}/portal`` (portal sessions) and
+``/v1/endpoints/{id}/test`` (a test event to one endpoint, the portal's "send a test").
+
+Who may call them is in :mod:`relay.api.access`; the answer models live here, beside
+the routes, as they are these routes' only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
+
+from relay.api.access import principal
+from relay.api.common import PUBLISHER, SETTINGS, STORE, ApiError, body, json, query, route
+from relay.api.endpoints import load as load_endpoint
+from relay.api.models import ErrorOut, EventOut
+from relay.domain import access
+from relay.domain.schema import App, EventIn, Strict, StrictBody
+from relay.publishing import Publisher, PublishError
+
+Scope = Literal["publish", "read", "manage"]
+TEST_EVENT_TYPE = "relay.test"
+APP_NAME: TypeAdapter[str] = TypeAdapter(App)
+
+
+class ApiKeyIn(StrictBody):
+    app: App
+    scopes: Annotated[list[Scope], Field(min_length=1, max_length=3)]
+    name: Annotated[str, Field(max_length=200)] = ""
+
+    @field_validator("scopes")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("scopes must not repeat")
+        return value
+
+
+class ApiKeyOut(BaseModel):
+    id: str = Field(description="key_...")
+    app: str
+    scopes: list[Scope]
+    name: str | None
+    created_at: int = Field(description="ms since the epoch")
+
+
+class ApiKeyCreated(ApiKeyOut):
+    token: str = Field(description="the bearer token (rk_...), shown in this answer only")
+
+
+class ApiKeyList(BaseModel):
+    data: list[ApiKeyOut]
+
+
+class ApiKeyQuery(Strict):
+    app: App | None = None
+
+
+class PortalOut(BaseModel):
+    url: str = Field(description="/portal/#token=...: the token in the fragment only")
+    token: str = Field(description="rp_...: a bearer token for the app, read and manage")
+    expires_at: int = Field(description="ms since the epoch (RELAY_PORTAL_TTL from now)")
+
+
+@route(
+    "POST",
+    "/v1/api-keys",
+    summary="Create an API key of one app (its token is shown once)",
+    body=ApiKeyIn,
+    responses={201: ApiKeyCreated, 403: ErrorOut, 422: ErrorOut, 503: ErrorOut},
+)
+async def create(request: web.Request) -> web.Response:
+    data, _ = await body(request, ApiKeyIn)
+    token = access.new_token(access.KEY_TOKEN_PREFIX)
+    key_id = access.new_key_id()
+    scopes: list[str] = [s for s in access.SCOPES if s in data.scopes]
+    created = await request.app[STORE].create_api_key(
+        key_id=key_id,
+        app=data.app,
+        scopes=scopes,
+        name=data.name,
+        token_hash=access.token_hash(token),
+    )
+    if not created:  # 96 random bits of id, 256 of token: not seen in practice
+        raise ApiError(409, "conflict", "key id taken; retry")
+    answer = {
+        "id": key_id,
+        "app": data.app,
+        "scopes": scopes,
+        "name": data.name or None,
+        "created_at": created,
+        "token": token,
+    }
+    return json(answer, status=201)
+
+
+@route(
+    "GET",
+    "/v1/api-keys",
+    summary="List API keys (never their tokens)",
+    query=ApiKeyQuery,
+    responses={200: ApiKeyList, 403: ErrorOut},
+)
+async def list_(request: web.Request) -> web.Response:
+    q = query(request, ApiKeyQuery)
+    return json({"data": await request.app[STORE].list_api_keys(q.app)})
+
+
+@route(
+    "DELETE",
+    "/v1/api-keys/{id}",
+    summary="Revoke an API key: its next request is 401, on every API replica",
+    responses={204: None, 403: ErrorOut, 404: ErrorOut, 503: ErrorOut},
+)
+async def revoke(request: web.Request) -> web.Response:
+    ident = request.match_info["id"]
+    if not await request.app[STORE].revoke_api_key(ident):
+        raise ApiError(404, "not_found", f"api key {ident} does not exist")
+    return web.Response(status=204)
+
+
+def base_url(request: web.Request) -> str:
+    public = request.app[SETTINGS].public_url
+    return public or f"{request.scheme}://{request.host}"
+
+
+@route(
+    "POST",
+    "/v1/apps/{app}/portal",
+    summary="Open a portal session for one app: a URL for the app's customer",
+    responses={201: PortalOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut, 503: ErrorOut},
+    body_required=False,
+)
+async def portal_session(request: web.Request) -> web.Response:
+    app = request.match_info["app"]
+    try:
+        APP_NAME.validate_python(app)  # the same app name rule as everywhere
+    except ValidationError:
+        raise ApiError(422, "validation_error", f"app: {app!r} is not an app name") from None
+    settings = request.app[SETTINGS]
+    who = principal(request)
+    token = access.new_token(access.PORTAL_TOKEN_PREFIX)
+    expires_at = await request.app[STORE].create_portal_session(
+        session_id=access.new_portal_id(),
+        app=app,
+        scopes=sorted(access.PORTAL_SCOPES),
+        token_hash=access.token_hash(token),
+        ttl_ms=int(settings.portal_ttl * 1000),
+        opened_by=None if who.is_admin else who.id,  # revoking that key ends the session
+    )
+    url = f"{base_url(request)}/portal/#token={token}"
+    return json({"url": url, "token": token, "expires_at": expires_at}, status=201)
+
+
+@route(
+    "POST",
+    "/v1/endpoints/{id}/test",
+    summary="Send a relay.test event to this one endpoint (whatever its event types)",
+    responses={201: EventOut, 404: ErrorOut, 409: ErrorOut, 503: ErrorOut},
+    body_required=False,
+)
+async def send_test(request: web.Request) -> web.Response:
+    endpoint = await load_endpoint(request)
+    if not endpoint.get("enabled", True):
+        raise ApiError(409, "endpoint_disabled", f"endpoint {endpoint['id']} is disabled")
+    # this endpoint only, subscribed or not, its payload filter aside
+    target = {**endpoint, "event_types": ["*"], "filter": None}
+
+    async def only(app: str) -> list[dict[str, Any]]:
+        return [target]
+
+    event = EventIn(
+        type=TEST_EVENT_TYPE,
+        payload={"test": True, "endpoint_id": endpoint["id"], "sent_at": int(time.time() * 1000)},
+        app=endpoint["app"],
+        endpoint_ids=[endpoint["id"]],
+    )
+    publisher = Publisher(request.app[STORE], only, programs=request.app[PUBLISHER].programs)
+    try:
+        done = await publisher.publish(event)
+    except PublishError as exc:
+        raise ApiError(exc.status, exc.code, exc.message) from None
+    return json(done.answer, status=201)

@@ -1,0 +1,102 @@
+"""The consumer portal: static files under ``/portal/`` that a SaaS embeds for its customers.
+
+The page (``relay/ui/portal.*``, beside the dashboard's files, sharing ``kit.js`` and the
+endpoint form ``epform.js``) is plain HTML, CSS and JavaScript: no build step, nothing
+from another origin. It reads its bearer token from the URL fragment (``#token=...``,
+which browsers never send to a server), removes it from the address bar at once, keeps
+it in memory and in ``sessionStorage``, and calls the ordinary ``/v1`` routes with it;
+what the token may see and change is the API's business, not the page's.
+
+The token is in no request line, no access log and no ``Referer``. Every ``/portal/``
+answer carries :func:`security_headers`: ``Referrer-Policy: no-referrer`` and a CSP whose
+``frame-ancestors`` is ``RELAY_PORTAL_FRAME_ANCESTORS`` (default ``'none'``: no site may
+frame it, and ``X-Frame-Options: DENY`` is sent too; with ancestors set,
+``X-Frame-Options`` is left out, since it cannot name an origin).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from aiohttp import web
+
+from relay.api.common import SETTINGS, route
+from relay.settings import Settings
+
+STATIC = {
+    "portal.html": "text/html",
+    "portal.js": "text/javascript",
+    "portal.css": "text/css",
+    "kit.js": "text/javascript",
+    "epform.js": "text/javascript",
+    "app.css": "text/css",
+}
+
+
+def security_headers(settings: Settings) -> dict[str, str]:
+    """The headers of every ``/portal/`` answer (page, scripts, style sheets)."""
+    ancestors = settings.portal_frame_ancestors or "'none'"
+    csp = (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        f"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors {ancestors}"
+    )
+    headers = {
+        "Content-Security-Policy": csp,
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-store",
+    }
+    if not settings.portal_frame_ancestors:
+        headers["X-Frame-Options"] = "DENY"  # older browsers, when nothing may embed it
+    return headers
+
+
+async def _static(request: web.Request, name: str) -> web.Response:
+    data = resources.files("relay").joinpath("ui", name).read_bytes()
+    resp = web.Response(body=data, content_type=STATIC[name], charset="utf-8")
+    resp.headers.update(security_headers(request.app[SETTINGS]))
+    return resp
+
+
+@route(
+    "GET",
+    "/portal",
+    summary="The portal (redirects to /portal/)",
+    responses={302: None},
+    auth=False,
+)
+async def portal_redirect(request: web.Request) -> web.Response:
+    # A fragment stays with the browser across a redirect; nothing to carry here.
+    raise web.HTTPFound("/portal/")
+
+
+@route("GET", "/portal/", summary="The consumer portal page (token in the #fragment)", auth=False)
+async def portal_index(request: web.Request) -> web.Response:
+    return await _static(request, "portal.html")
+
+
+@route("GET", "/portal/portal.js", summary="The portal script", auth=False)
+async def portal_script(request: web.Request) -> web.Response:
+    return await _static(request, "portal.js")
+
+
+@route("GET", "/portal/portal.css", summary="The portal style sheet", auth=False)
+async def portal_style(request: web.Request) -> web.Response:
+    return await _static(request, "portal.css")
+
+
+@route("GET", "/portal/kit.js", summary="The portal's DOM and formatting helpers", auth=False)
+async def portal_kit(request: web.Request) -> web.Response:
+    return await _static(request, "kit.js")
+
+
+@route("GET", "/portal/epform.js", summary="The endpoint form (portal and dashboard)", auth=False)
+async def portal_epform(request: web.Request) -> web.Response:
+    return await _static(request, "epform.js")
+
+
+@route(
+    "GET", "/portal/app.css", summary="The dashboard style sheet the portal builds on", auth=False
+)
+async def portal_base_style(request: web.Request) -> web.Response:
+    return await _static(request, "app.css")
