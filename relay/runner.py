@@ -16,6 +16,7 @@ from aiohttp import web
 
 from relay import logs
 from relay.api import create_app
+from relay.connectors.opsevents import OpsRelay
 from relay.delivery.attempt import BeforeSend
 from relay.delivery.worker import Worker
 from relay.domain import redisfacts
@@ -90,8 +91,8 @@ async def run_worker(
     store: Store, stop: asyncio.Event, worker: Worker | None = None, *, burst: bool = False
 ) -> None:
     """What a worker process runs: the worker and, beside it, the retention sweeper
-    (every ``RELAY_SWEEP_INTERVAL``) and, when ``RELAY_METRICS_PORT`` is set, a /metrics
-    exporter, which stops with the worker."""
+    (every ``RELAY_SWEEP_INTERVAL``), the ops relay (operational events) and, when
+    ``RELAY_METRICS_PORT`` is set, a /metrics exporter, which stops with the worker."""
     if worker is None:
         hook = crash_hook(store.settings.test_crash_marker)
         worker = Worker(store, store.settings, before_send=hook)
@@ -100,11 +101,15 @@ async def run_worker(
     if settings.metrics_port:
         exporter = await metrics.serve(store, settings.host, settings.metrics_port)
     sweeper = asyncio.create_task(Retention(store).run(), name="relay-sweeper")
+    ops = OpsRelay(store)  # operational events from the ops outboxes into the ops app
+    worker.on_ops = ops.poke
+    relay_task = asyncio.create_task(ops.run(), name="relay-ops-events")
     try:
         await worker.run(stop, burst=burst)
     finally:
         sweeper.cancel()
-        await asyncio.gather(sweeper, return_exceptions=True)
+        relay_task.cancel()
+        await asyncio.gather(sweeper, relay_task, return_exceptions=True)
         if exporter is not None:
             await exporter.cleanup()
 

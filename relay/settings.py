@@ -93,6 +93,11 @@ class Settings:
     breaker_cooldown_max: float = 3600.0
     disable_after: float = 5 * 86400.0
     slow_send_after: float = 1.0
+    # Operational events (relay/connectors/opsevents.py): the reserved app they are
+    # published into, and the window over which an endpoint's dead letters are summed
+    # into one delivery.dead
+    ops_app: str = "relay-ops"
+    ops_dead_window: float = 60.0
     # The Postgres outbox connector (`relay outbox`, relay/connectors/)
     outbox_dsn: str = ""
     outbox_table: str = "relay_outbox"
@@ -238,6 +243,8 @@ class Settings:
         convert("BREAKER_COOLDOWN_MAX", "breaker_cooldown_max", _positive_duration)
         convert("DISABLE_AFTER", "disable_after", _positive_duration)
         convert("SLOW_SEND_AFTER", "slow_send_after", _positive_duration)
+        convert("OPS_APP", "ops_app", _app_name)
+        convert("OPS_DEAD_WINDOW", "ops_dead_window", _positive_duration)
         convert("LOG_FORMAT", "log_format", _log_format)
         convert("LOG_LEVEL", "log_level", str.lower)
         convert("WORKER_ID", "worker_id", str)
@@ -336,6 +343,15 @@ def _positive_duration(raw: str) -> float:
 
 def _tokens(raw: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in raw.split(",") if t.strip())
+
+
+_APP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")  # relay.domain.schema.APP_PATTERN
+
+
+def _app_name(raw: str) -> str:
+    if not _APP.match(raw):
+        raise ValueError("must be an app name: letters, digits, '_', '.', '-' (1-128)")
+    return raw
 
 
 def _prefix(raw: str) -> str:

@@ -61,6 +61,7 @@ NAMES = (
     "hold",
     "resume",
     "expire",
+    "ops_cut",
 )
 # Refusals that mean "this script did not run: the slot is moving or the cluster is
 # re-forming" (ClusterError covers redis-py's "TTL exhausted" after its own redirects

@@ -12,7 +12,8 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.endpoints`: endpoint records and their shared health state
   (admit, settle, breakers);
 * :mod:`relay.queue.dashboard`: the dashboard's per-minute series and endpoint health;
-* :mod:`relay.queue.facts`: the server's durability settings (``server_facts``).
+* :mod:`relay.queue.facts`: the server's durability settings (``server_facts``);
+* :mod:`relay.queue.opsbox`: the ops outboxes of operational events.
 
 Services and entry points use the Store's methods, never its ``redis`` client.
 """
@@ -25,6 +26,7 @@ from relay.queue.base import StoreBase, connect
 from relay.queue.dashboard import Dashboard
 from relay.queue.endpoints import EndpointRecords
 from relay.queue.facts import ServerFacts
+from relay.queue.opsbox import OpsOutbox
 from relay.queue.reads import Reads, decode_cursor, encode_cursor
 from relay.queue.records import (
     STATUSES,
@@ -53,7 +55,7 @@ __all__ = [
 ]
 
 
-class Store(Transitions, Reads, EndpointRecords, Dashboard, ServerFacts):
+class Store(Transitions, Reads, EndpointRecords, Dashboard, ServerFacts, OpsOutbox):
     """relay's Redis data model, for one client and one settings object."""
 
     async def replay_dead(
