@@ -94,3 +94,16 @@ async def test_relays_racing_on_the_same_entries_publish_each_once(
     ]
     for key in (store.keys.ops, store.keys.endpoint_state(ep["id"]).ops):
         assert await store.ops_lengths([key]) == [0]
+
+
+async def test_the_ops_app_is_reserved_for_relay(make_store: Any, make_api: Any) -> None:
+    store = await make_store()
+    api = await make_api(store)
+    event = {"type": "endpoint.disabled", "payload": {"endpoint_id": "ep_x"}, "app": "relay-ops"}
+    async with api("POST", "/v1/events", json=event) as r:
+        assert r.status == 422
+        assert (await r.json())["error"] == "app_reserved"
+    assert (await store.stats())["counts"].get("pending", 0) == 0
+    ops = {"url": "http://127.0.0.1:9/ops", "app": "relay-ops", "event_types": ["endpoint.*"]}
+    async with api("POST", "/v1/endpoints", json=ops) as r:  # subscribing is ordinary
+        assert r.status == 201

@@ -38,6 +38,8 @@ def _idempotency_key(request: web.Request) -> str | None:
 async def publish(request: web.Request) -> web.Response:
     idem = _idempotency_key(request)
     event, _ = await body(request, EventIn)
+    if event.app == request.app[STORE].settings.ops_app:  # relay's own operational events
+        raise ApiError(422, "app_reserved", f"app {event.app!r} is reserved for relay's events")
     try:
         done = await request.app[PUBLISHER].publish(event, idempotency_key=idem)
     except PublishError as exc:
