@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/outbox.py
 	$(BIN)/python bench/ack.py
+	$(BIN)/python bench/ops_flood.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache
