@@ -20,6 +20,9 @@ Seen failing (checked by hand on a local edit, then reverted):
   instead (``Worker._after_settle``: RPUSH to the endpoint's outbox whenever a settle
   returned ``state == "open"`` with ``failures >= threshold``), X produced several
   ``endpoint.failing`` events for one opening and the first assertion on X failed;
+* with the window removed (the relay calling ``ops_cut`` with a window of 0, so a tally
+  is cut whenever a relay ticks), D's summaries came less than a window apart and the
+  "at most one summary per window" assertion failed (2 runs of 2);
 * the relays of several processes taking the same entries is the race that the
   Idempotency-Key derived from the entry id closes; it is shown failing without the key
   deterministically in ``tests/test_ops_relay.py`` (here the window is narrower: of three
