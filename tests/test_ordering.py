@@ -313,3 +313,32 @@ async def test_recovered_dead_rejoin_their_lane_in_order(make_store: Any) -> Non
         order.append(h.id)
         assert await store.record(sk, [outcome(h, "succeeded")]) == [1]
     assert order == published
+
+
+async def test_a_lane_backlog_is_not_in_due(make_store: Any) -> None:
+    """300 events in one lane and 5 unordered: the due queue holds the lane's head and the
+    5, so a claim sees 6 (a backlog costs a claim nothing), and a blocked lane holds up
+    nothing outside it."""
+    store = await make_store()
+    sk = store.keys.shard(0)
+    lane = await publish_raw(store, "ep_lane:big", 300)
+    plain = []
+    for _ in range(5):
+        now = int(time.time() * 1000)
+        event_id, dlv = ids.new_id("evt", 0, now), ids.new_id("dlv", 0, now)
+        await store.publish(
+            shard=0,
+            event_id=event_id,
+            event_type="t",
+            app="default",
+            body=signing.build_body(event_id, "t", now, b"{}"),
+            created_ms=now,
+            deliveries=[(dlv, "ep_lane")],
+        )
+        plain.append(dlv)
+    assert await store.redis.zcard(sk.due) == 6
+    got = (await store.claim(sk, limit=50, lease_ms=60_000, token_prefix="b", worker="w")).items
+    assert sorted(c.id for c in got) == sorted([lane[0], *plain])
+    head = next(c for c in got if c.id == lane[0])
+    assert await store.record(sk, [outcome(head, "dead", 410)]) == [1]  # blocks the lane
+    assert await store.redis.zcard(sk.due) == 0 and await store.redis.zcard(sk.queued) == 299
