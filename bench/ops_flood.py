@@ -75,7 +75,7 @@ async def main() -> dict[str, Any]:
     for w, r in zip(workers, relays, strict=True):
         w.on_ops = r.poke
     work = [asyncio.create_task(w.run(stop)) for w in workers]
-    relaying = [asyncio.create_task(r.run()) for r in relays]
+    relaying = [asyncio.create_task(r.run(stop)) for r in relays]
     pub = Publisher(store)
     started = time.monotonic()
     try:

@@ -103,7 +103,7 @@ async def run_worker(
     sweeper = asyncio.create_task(Retention(store).run(), name="relay-sweeper")
     ops = OpsRelay(store)  # operational events from the ops outboxes into the ops app
     worker.on_ops = ops.poke
-    relay_task = asyncio.create_task(ops.run(), name="relay-ops-events")
+    relay_task = asyncio.create_task(ops.run(stop), name="relay-ops-events")
     try:
         await worker.run(stop, burst=burst)
     finally:

@@ -54,10 +54,12 @@ class OpsRelay:
         self._dirty.add(endpoint_id)
         self._poked.set()
 
-    async def run(self) -> None:
-        """Relay until cancelled: every tick, on a poke, and a full pass per sweep."""
+    async def run(self, stop: asyncio.Event) -> None:
+        """Relay until ``stop`` is set: every tick, on a poke, and a full pass per sweep.
+        Waits with ``asyncio.wait`` on the events (never ``wait_for``, which on Python
+        3.11 can swallow a cancellation that lands as its wait ends)."""
         next_full = 0.0
-        while True:
+        while not stop.is_set():
             full = time.monotonic() >= next_full
             try:
                 await self.once(full=full)
@@ -67,10 +69,15 @@ class OpsRelay:
                     )
             except Exception as exc:  # Redis away: the entries wait for the next tick
                 log.warning("ops_events.relay_failed", error=str(exc) or type(exc).__name__)
+            waiters = [
+                asyncio.ensure_future(stop.wait()),
+                asyncio.ensure_future(self._poked.wait()),
+            ]
             try:
-                await asyncio.wait_for(self._poked.wait(), self.tick)
-            except TimeoutError:
-                pass
+                await asyncio.wait(waiters, timeout=self.tick, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
             self._poked.clear()
 
     async def once(self, *, full: bool = False) -> int:
