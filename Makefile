@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/crypto.py
 	$(BIN)/python bench/tracing.py
 	$(BIN)/python bench/apiauth.py
+	$(BIN)/python bench/ops_flood.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache

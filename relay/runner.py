@@ -16,6 +16,7 @@ from aiohttp import web
 
 from relay import logs, tracing
 from relay.api import create_app
+from relay.connectors.opsevents import OpsRelay
 from relay.delivery.attempt import BeforeSend
 from relay.delivery.worker import Worker
 from relay.domain import redisfacts
@@ -95,8 +96,9 @@ async def run_worker(
     store: Store, stop: asyncio.Event, worker: Worker | None = None, *, burst: bool = False
 ) -> None:
     """What a worker process runs: the worker and, beside it, the retention sweeper
-    (every ``RELAY_SWEEP_INTERVAL``), the replay jobs it leases (``ReplayRunner``) and,
-    when ``RELAY_METRICS_PORT`` is set, a /metrics exporter, which stop with the worker."""
+    (every ``RELAY_SWEEP_INTERVAL``), the replay jobs it leases (``ReplayRunner``), the ops
+    relay (operational events) and, when ``RELAY_METRICS_PORT`` is set, a /metrics
+    exporter, which stop with the worker."""
     if worker is None:
         hook = crash_hook(store.settings.test_crash_marker)
         worker = Worker(store, store.settings, before_send=hook)
@@ -107,12 +109,16 @@ async def run_worker(
     sweeper = asyncio.create_task(Retention(store).run(), name="relay-sweeper")
     replays_stop = asyncio.Event()  # reconciliation replay jobs (relay/ops/replays.py)
     replays = asyncio.create_task(ReplayRunner(store).run(replays_stop), name="relay-replays")
+    ops = OpsRelay(store)  # operational events from the ops outboxes into the ops app
+    worker.on_ops = ops.poke
+    relay_task = asyncio.create_task(ops.run(stop), name="relay-ops-events")
     try:
         await worker.run(stop, burst=burst)
     finally:
         replays_stop.set()
         sweeper.cancel()
-        await asyncio.gather(sweeper, replays, return_exceptions=True)
+        relay_task.cancel()
+        await asyncio.gather(sweeper, replays, relay_task, return_exceptions=True)
         if exporter is not None:
             await exporter.cleanup()
 

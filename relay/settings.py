@@ -16,6 +16,22 @@ from urllib.parse import urlsplit, urlunsplit
 
 from relay.domain import access, otelenv
 from relay.domain.retry import max_attempts_for, parse_duration, parse_schedule
+from relay.domain.settingvalues import (
+    _ack_timeout,
+    _app_name,
+    _flag,
+    _fraction,
+    _log_format,
+    _non_negative_int,
+    _port,
+    _positive_duration,
+    _positive_int,
+    _prefix,
+    _redis_url,
+    _sentinels,
+    _tokens,
+    outbox_table,
+)
 
 DEFAULT_SCHEDULE = "5s,5m,30m,2h,5h,10h,10h"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -105,6 +121,11 @@ class Settings:
     replay_lease: float = 15.0  # a worker's lease on a job; another takes over after it
     # The event type catalog: 1 refuses events (and endpoint subscriptions) of unknown types
     event_types_strict: bool = False
+    # Operational events (relay/connectors/opsevents.py): the reserved app they are
+    # published into, and the window over which an endpoint's dead letters are summed
+    # into one delivery.dead
+    ops_app: str = "relay-ops"
+    ops_dead_window: float = 60.0
     # The Postgres outbox connector (`relay outbox`, relay/connectors/)
     outbox_dsn: str = ""
     outbox_table: str = "relay_outbox"
@@ -264,6 +285,8 @@ class Settings:
         convert("REPLAY_OUTSTANDING", "replay_outstanding", _positive_int)
         convert("REPLAY_LEASE", "replay_lease", _positive_duration)
         convert("EVENT_TYPES_STRICT", "event_types_strict", flag)
+        convert("OPS_APP", "ops_app", _app_name)
+        convert("OPS_DEAD_WINDOW", "ops_dead_window", _positive_duration)
         convert("LOG_FORMAT", "log_format", _log_format)
         convert("LOG_LEVEL", "log_level", str.lower)
         convert("WORKER_ID", "worker_id", str)
@@ -284,112 +307,3 @@ class Settings:
                 "RELAY_ACK_REPLICAS > 0 is not supported with RELAY_REDIS_CLUSTER=1 yet"
             )
         return cls(**values)  # type: ignore[arg-type]
-
-
-def _flag(raw: str) -> bool:
-    low = raw.lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("expected 1 or 0")
-
-
-def _redis_url(raw: str) -> str:
-    parts = urlsplit(raw)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError("must start with redis://, rediss:// or unix://")
-    if parts.scheme != "unix" and not parts.hostname:
-        raise ValueError("has no host")
-    try:
-        parts.port  # noqa: B018  (raises on a port that is not a number)
-    except ValueError:
-        raise ValueError("has a port that is not a number") from None
-    return raw
-
-
-def _sentinels(raw: str) -> tuple[tuple[str, int], ...]:
-    """``host:port,host:port`` (port 26379 when left out)."""
-    found = []
-    for item in raw.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        if not sep:
-            host, port = port, "26379"
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("expected host:port[,host:port...]")
-        found.append((host.strip("[]"), int(port)))
-    return tuple(found)
-
-
-def _positive_int(raw: str) -> int:
-    value = int(raw)
-    if value < 1:
-        raise ValueError("must be a positive integer")
-    return value
-
-
-def _port(raw: str) -> int:
-    value = int(raw)
-    if not 0 <= value <= 65535:
-        raise ValueError("must be a TCP port")
-    return value
-
-
-def _fraction(raw: str) -> float:
-    value = float(raw)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError("must be between 0 and 1")
-    return value
-
-
-def _non_negative_int(raw: str) -> int:
-    value = int(raw)
-    if value < 0:
-        raise ValueError("must be 0 or more")
-    return value
-
-
-def _ack_timeout(raw: str) -> float:
-    # WAIT 0 would block forever; past the 5 s socket timeout the wait would be cut off
-    value = parse_duration(raw)
-    if not 0.001 <= value <= 4.0:
-        raise ValueError("must be between 1ms and 4s")
-    return value
-
-
-def _positive_duration(raw: str) -> float:
-    value = parse_duration(raw)
-    if value <= 0:
-        raise ValueError("must be longer than zero")
-    return value
-
-
-def _tokens(raw: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in raw.split(",") if t.strip())
-
-
-def _prefix(raw: str) -> str:
-    if any(c in raw for c in "{}: \t"):
-        raise ValueError("may not contain braces, colons or spaces")
-    return raw
-
-
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,57}$")
-
-
-def outbox_table(raw: str) -> str:
-    """``name`` or ``schema.name``: plain identifiers (letters, digits, ``_``), the name
-    short enough for the ``_dead`` table and ``_notify`` function beside it."""
-    parts = raw.split(".")
-    if len(parts) > 2 or not all(_IDENT.match(p) for p in parts):
-        raise ValueError(
-            "expected a table name or schema.table of letters, digits and _ "
-            "(not starting with a digit, at most 58 characters each)"
-        )
-    return raw
-
-
-def _log_format(raw: str) -> str:
-    if raw not in ("json", "console"):
-        raise ValueError("expected json or console")
-    return raw

@@ -82,7 +82,7 @@ def builders(keys: Keys) -> Iterator[tuple[str, str, str]]:
             continue
         value = call(keys, name)
         if isinstance(value, EndpointKeys):
-            for f in ("breaker", "rate", "inflight"):
+            for f in ("breaker", "rate", "inflight", "ops"):
                 yield f"Keys.{name}.{f}", "key", getattr(value, f)
             yield "guard_key(endpoint)", "key", guard_key(value.breaker)
         else:
@@ -109,6 +109,7 @@ def test_prefix_builders_are_the_keys_of_ids_without_the_id() -> None:
             "endpoint_index_prefix",
             "held_prefix",
             "lane_prefix",
+            "dead_tally_prefix",
         ]
     )
     for name in prefixes:
@@ -463,6 +464,12 @@ async def lifecycle(store: Store) -> None:
     head = (await store.claim(sk, limit=10, lease_ms=60_000, token_prefix="k7", worker="w")).items
     assert [x.id for x in head] == lane_ids[1:2]
     assert await store.record(sk, [outcome(head[0], "succeeded")]) == [1]
+    # operational events (issue 13): the dead letters above were tallied; cut, drain
+    assert await store.ops_cut(sk, 0) >= 1
+    entries = await store.ops_peek(sk.ops, 10)
+    assert entries and all('"delivery.dead"' in e for e in entries)
+    await store.ops_remove(sk.ops, entries[0])
+    await store.ops_lengths([sk.ops, store.keys.ops, store.keys.endpoint_state(shop["id"]).ops])
     assert await store.delete_endpoint(other)  # endpoint_delete
     await store.delete_endpoint_state(shop["id"])
 

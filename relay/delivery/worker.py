@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -91,6 +92,9 @@ class Worker:
         )
         self._leases = Leases(store, settings, self._inflight, self.stats)
         self._disabling: set[str] = set()
+        # told the endpoint id when a settle appended an operational event to its
+        # outbox (relay.connectors.opsevents.OpsRelay.poke, set by the runner)
+        self.on_ops: Callable[[str], None] | None = None
         self._low_water = max(1, min(settings.claim_batch, settings.worker_concurrency) // 4)
 
     # ------------------------------------------------------------------ lifecycle
@@ -232,6 +236,8 @@ class Worker:
     def _after_settle(self, endpoint: dict[str, Any], s: Settled) -> None:
         """Widen the endpoint's window on success; disable it after disable_after failing."""
         e = endpoint["id"]
+        if s.ops and self.on_ops is not None:
+            self.on_ops(e)
         if s.failures == 0:  # it answers: its window here grows
             self._windows.succeeded(e)
         if not s.failing_since or e in self._disabling:

@@ -47,3 +47,9 @@ def shard_of(ident: str) -> int | None:
 def looks_like(ident: str, prefix: str) -> bool:
     """True when ``ident`` is a well-formed id with this prefix."""
     return ident.startswith(prefix + "_") and shard_of(ident) is not None
+
+
+def ops_entry_id() -> str:
+    """A fresh id for the operational events one script call may append (``ops_...``);
+    the script suffixes ``-1``, ``-2`` per event, and the entry's publish is keyed on it."""
+    return new_id("ops")

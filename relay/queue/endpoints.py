@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from relay.domain import ids
 from relay.queue.base import StoreBase
 from relay.queue.records import Admission, Settled
 
@@ -45,9 +46,9 @@ class EndpointRecords(StoreBase):
         ``confirm``: wait for ``RELAY_ACK_REPLICAS`` replicas (a client's write)."""
         app = self.keys.app(endpoint["app"])
         keys = [self.keys.endpoints, app, self.keys.app(old_app) if old_app is not None else app]
+        keys.append(self.keys.ops)
         args: list[Any] = [endpoint["id"], orjson.dumps(endpoint), self.keys.endpoints_changed]
-        if expected is not None:
-            args.append(expected)
+        args += [expected if expected is not None else "", ids.ops_entry_id()]
         with self._endpoint_write():
             ack = (self.settings.ack_replicas if confirm else 0, self.settings.ack_timeout)
             return bool(int(await self.scripts.endpoint_put(keys=keys, args=args, ack=ack)))
@@ -172,8 +173,9 @@ class EndpointRecords(StoreBase):
         args: list[Any] = [threshold, cooldown_ms, cooldown_max_ms, len(results)]
         for token, verdict in results:
             args += [token, verdict]
-        r = await self.scripts.settle(keys=[ek.breaker, ek.inflight], args=args)
-        return Settled(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]))
+        args += [ids.ops_entry_id(), endpoint_id]
+        r = await self.scripts.settle(keys=[ek.breaker, ek.inflight, ek.ops], args=args)
+        return Settled(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]))
 
     async def breaker_states(self, endpoint_ids: Sequence[str]) -> dict[str, dict[str, str]]:
         """Each endpoint's raw breaker hash (empty when it has none), one round trip."""

@@ -34,9 +34,13 @@ key                                        type    holds
 ``relay:v1:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
 ``relay:v1:{s0}:stats``                    hash    shard counters (reclaimed)
 ``relay:v1:{s0}:wake``                     pubsub  "work became due earlier than you thought"
+``relay:v1:{s0}:ops``                      list    ops outbox: delivery.dead summaries
+``relay:v1:{s0}:opsdead``                  zset    endpoints with a dead tally, score = window start
+``relay:v1:{s0}:opsdead:<endpoint_id>``    hash    its tally: n, first/last id and time
 ``relay:v1:{ep_X}:breaker``                hash    circuit breaker of ep_X (state, failures)
 ``relay:v1:{ep_X}:rate``                   string  rate limit: GCRA theoretical arrival time (ms)
 ``relay:v1:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
+``relay:v1:{ep_X}:opsbox``                 list    ops outbox: breaker opened / closed events
 ``relay:v1:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
 ``relay:v1:{cfg}:app:<app>``               set     endpoint ids of one app
 ``relay:v1:{cfg}:event_types``             hash    event type name -> event type JSON (catalog)
@@ -50,6 +54,7 @@ key                                        type    holds
 ``relay:v1:{auth}:cred:<token_sha256>``    string  credential of a token hash: kind, id, app, scopes
 ``relay:v1:{auth}:sessions:<key_id>``      set     portal sessions that key opened (token hashes)
 ``relay:v1:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
+``relay:v1:{cfg}:ops``                     list    ops outbox: endpoint disabled / enabled events
 ``relay:v1:{tag}:guard``                   none    never written: every script call declares it
 =========================================  ======  =============================================
 """
@@ -167,6 +172,26 @@ class ShardKeys:
     def idempotency(self, app: str, key: str) -> str:
         return f"{self.base}idem:{app}:{key}"
 
+    # Operational events (relay.connectors.opsevents): an outbox per hash tag, written
+    # by the script that makes the transition, and the shard's dead-letter tallies.
+
+    @property
+    def ops(self) -> str:
+        """The shard's ops outbox: ``delivery.dead`` summaries cut from the tallies."""
+        return self.base + "ops"
+
+    @property
+    def dead_tally_index(self) -> str:
+        """Endpoints with a dead-letter tally open, score = when its window began (ms)."""
+        return self.base + "opsdead"
+
+    @property
+    def dead_tally_prefix(self) -> str:
+        return self.base + "opsdead:"
+
+    def dead_tally(self, endpoint_id: str) -> str:
+        return self.dead_tally_prefix + endpoint_id
+
 
 @dataclass(frozen=True)
 class EndpointKeys:
@@ -175,6 +200,7 @@ class EndpointKeys:
     breaker: str
     rate: str
     inflight: str
+    ops: str  # its ops outbox: endpoint.failing / endpoint.recovered, written by settle.lua
 
 
 @dataclass(frozen=True)
@@ -211,6 +237,11 @@ class Keys:
     def ready(self) -> str:
         """``/readyz`` writes here (with a TTL): Redis accepts writes, not only PING."""
         return f"{self.prefix}:v1:{{cfg}}:ready"
+
+    @property
+    def ops(self) -> str:
+        """The ops outbox of endpoint writes (``endpoint_put.lua``): disabled, enabled."""
+        return f"{self.prefix}:v1:{{cfg}}:ops"
 
     def app(self, app: str) -> str:
         return f"{self.prefix}:v1:{{cfg}}:app:{app}"
@@ -251,7 +282,7 @@ class Keys:
 
     def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
         base = f"{self.prefix}:v1:{{{endpoint_id}}}:"
-        return EndpointKeys(base + "breaker", base + "rate", base + "inflight")
+        return EndpointKeys(base + "breaker", base + "rate", base + "inflight", base + "opsbox")
 
 
 def guard_key(key: str) -> str:

@@ -82,6 +82,7 @@ class Settled:
     open_until: int
     failing_since: int
     last_success_at: int
+    ops: int = 0  # operational events it appended to the endpoint's ops outbox
 
 
 @dataclass(frozen=True, slots=True)

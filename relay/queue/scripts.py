@@ -70,6 +70,7 @@ NAMES = (
     "apikey_create",
     "apikey_revoke",
     "portal_create",
+    "ops_cut",
 )
 # Refusals that mean "this script did not run: the slot is moving or the cluster is
 # re-forming" (ClusterError covers redis-py's "TTL exhausted" after its own redirects

@@ -16,6 +16,7 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.facts`: the server's durability settings (``server_facts``);
 * :mod:`relay.queue.replays`: reconciliation replay jobs (records, index walk);
 * :mod:`relay.queue.auth`: API keys and portal sessions (credentials, API rate limit).
+* :mod:`relay.queue.opsbox`: the ops outboxes of operational events.
 
 Services and entry points use the Store's methods, never its ``redis`` client.
 """
@@ -30,6 +31,7 @@ from relay.queue.dashboard import Dashboard
 from relay.queue.endpoints import EndpointRecords
 from relay.queue.eventtypes import EventTypeRecords
 from relay.queue.facts import ServerFacts
+from relay.queue.opsbox import OpsOutbox
 from relay.queue.reads import Reads, decode_cursor, encode_cursor
 from relay.queue.records import (
     STATUSES,
@@ -70,6 +72,7 @@ class Store(
     ServerFacts,
     ReplayJobs,
     AuthRecords,
+    OpsOutbox,
 ):
     """relay's Redis data model, for one client and one settings object."""
 

@@ -119,8 +119,8 @@ class Transitions(StoreBase):
             keys += [sk.delivery(o.id), sk.log(o.id)]
             code = "" if o.status_code is None else o.status_code
             args += [o.id, o.token, o.outcome, o.delay_ms, code, o.error, o.entry]
-        keys += [sk.queued, sk.blocked]
-        args += [sk.lane_prefix, sk.delivery_prefix]
+        keys += [sk.queued, sk.blocked, sk.dead_tally_index]
+        args += [sk.lane_prefix, sk.delivery_prefix, sk.dead_tally_prefix]
         return [int(x) for x in await self.scripts.record(keys=keys, args=args)]
 
     async def extend(
@@ -143,8 +143,23 @@ class Transitions(StoreBase):
     async def reclaim(self, sk: ShardKeys, limit: int = 500) -> tuple[int, int, list[str]]:
         """Expired leases back to due or to dead (``reclaim.lua``): (back, dead, ids)."""
         res = await self.scripts.reclaim(
-            keys=[sk.due, sk.processing, sk.dead, sk.stats, sk.queued, sk.blocked],
-            args=[sk.delivery_prefix, sk.log_prefix, limit, sk.wake, sk.lane_prefix],
+            keys=[
+                sk.due,
+                sk.processing,
+                sk.dead,
+                sk.stats,
+                sk.queued,
+                sk.blocked,
+                sk.dead_tally_index,
+            ],
+            args=[
+                sk.delivery_prefix,
+                sk.log_prefix,
+                limit,
+                sk.wake,
+                sk.lane_prefix,
+                sk.dead_tally_prefix,
+            ],
         )
         return int(res[0]), int(res[1]), list(res[2:])
 

@@ -9,11 +9,13 @@
 -- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] dead (zset)
 -- KEYS[4] shard stats (hash)                          ShardKeys.due/processing/dead/stats
 -- KEYS[5] queued index (zset)   KEYS[6] blocked lanes (zset)   ShardKeys.queued/blocked
+-- KEYS[7] dead-letter tallies (zset)   ShardKeys.dead_tally_index
 -- ARGV[1] delivery key prefix   ShardKeys.delivery_prefix  (relay:v1:{s0}:dlv:)
 -- ARGV[2] attempt log prefix    ShardKeys.log_prefix       (relay:v1:{s0}:log:)
 --         (the expired ids are only known in here; same hash tag, same slot)
 -- ARGV[3] limit   ARGV[4] wake channel (ShardKeys.wake)
 -- ARGV[5] lane key prefix (ShardKeys.lane_prefix)
+-- ARGV[6] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
 --
 -- Ordered lanes: a reclaimed head stays its lane's head (back in due, or, out of
 -- attempts, dead: then the lane moves on, or blocks, exactly as in record.lua).
@@ -27,6 +29,21 @@ local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", now, "LIMIT", 0, tonumb
 local back, dead, promoted = 0, 0, 0
 local res = {0, 0}
 local lane_prefix = ARGV[5]
+local tally_index = KEYS[7]
+local tally_prefix = ARGV[6]
+
+-- Operational events: a dead letter is counted in its endpoint's tally in this shard
+-- (relay/connectors/opsevents.py cuts ripe tallies into delivery.dead summaries).
+local function dead_tally(dkey, id)
+  local ep = redis.call("HGET", dkey, "endpoint_id")
+  if not ep then return end
+  local tk = tally_prefix .. ep
+  redis.call("ZADD", tally_index, "NX", now, ep)
+  redis.call("HINCRBY", tk, "n", 1)
+  redis.call("HSETNX", tk, "first_id", id)
+  redis.call("HSETNX", tk, "first_at", now)
+  redis.call("HSET", tk, "last_id", id, "last_at", now)
+end
 
 -- A head gone dead: its lane blocks ("on_dead" = "block") or the next one is due now.
 local function lane_dead(dkey, id)
@@ -66,6 +83,7 @@ for _, id in ipairs(ids) do
         redis.call("HDEL", dkey, "next_attempt_at")
         redis.call("ZADD", KEYS[3], now, id)
         dead = dead + 1
+        dead_tally(dkey, id)
         lane_dead(dkey, id)
       else
         redis.call("HSET", dkey, "status", "pending", "next_attempt_at", now)

@@ -9,6 +9,7 @@
 -- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] succeeded (zset)   KEYS[4] dead (zset)
 -- KEYS[5..4+2n] per item, two keys: ShardKeys.delivery(id), ShardKeys.log(id) (a list)
 -- KEYS[5+2n] queued index (zset)   KEYS[6+2n] blocked lanes (zset)   ShardKeys.queued/blocked
+-- KEYS[7+2n] dead-letter tallies (zset)   ShardKeys.dead_tally_index
 --
 -- ARGV[1] wake channel (ShardKeys.wake)   ARGV[2] n, the number of items
 -- ARGV[3..2+7n] per item, seven values: delivery id, claim token,
@@ -17,6 +18,7 @@
 --           attempt log entry: a JSON object without its "n" (and "fenced") field
 -- ARGV[3+7n] lane key prefix (ShardKeys.lane_prefix)
 -- ARGV[4+7n] delivery key prefix (ShardKeys.delivery_prefix), for the next one of a lane
+-- ARGV[5+7n] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
 --
 -- Ordered lanes (a delivery hash with a "lane"): "retry" and "defer" keep it the head
 -- (back in due, its lane untouched). "succeeded" pops it off its lane and makes the next
@@ -40,6 +42,21 @@ local lane_prefix = ARGV[3 + 7 * n]
 local dlv_prefix = ARGV[4 + 7 * n]
 local queued = KEYS[5 + 2 * n]
 local blocked = KEYS[6 + 2 * n]
+local tally_index = KEYS[7 + 2 * n]
+local tally_prefix = ARGV[5 + 7 * n]
+
+-- Operational events: a dead letter is counted in its endpoint's tally in this shard
+-- (relay/connectors/opsevents.py cuts ripe tallies into delivery.dead summaries).
+local function dead_tally(dkey, id)
+  local ep = redis.call("HGET", dkey, "endpoint_id")
+  if not ep then return end
+  local tk = tally_prefix .. ep
+  redis.call("ZADD", tally_index, "NX", now, ep)
+  redis.call("HINCRBY", tk, "n", 1)
+  redis.call("HSETNX", tk, "first_id", id)
+  redis.call("HSETNX", tk, "first_at", now)
+  redis.call("HSET", tk, "last_id", id, "last_at", now)
+end
 
 -- The finished head `id` leaves its lane; the next one becomes pending, due now.
 local function lane_next(lane, id)
@@ -120,6 +137,7 @@ for i = 1, n do
       redis.call("HSET", dkey, "finished_at", now)
       redis.call("HDEL", dkey, "next_attempt_at")
       redis.call("ZADD", KEYS[4], now, id)
+      dead_tally(dkey, id)
       lane_done(dkey, id, outcome, ARGV[b + 6])
     end
     res[i] = 1

@@ -7,17 +7,34 @@
 -- Called by Store.settle (relay/queue/endpoints.py).
 --
 -- KEYS[1] breaker (hash)   EndpointKeys.breaker   KEYS[2] in-flight slots (zset)   EndpointKeys.inflight
+-- KEYS[3] ops outbox (list)  EndpointKeys.ops
 -- ARGV[1] threshold   ARGV[2] base cooldown, ms   ARGV[3] max cooldown, ms
 -- ARGV[4] n, the number of results
 -- ARGV[5..4+2n] per result, two values: claim token, "1" success / "0" failure / "-" neutral
 --           (neutral: no verdict on the endpoint's health, e.g. 429 pacing)
+-- ARGV[5+2n] ops entry id (fresh per call)   ARGV[6+2n] endpoint id
 --
--- Returns {state, consecutive failures, open_until, failing_since (ms or 0), last_success_at}
+-- Operational events: the breaker opening (closed -> open) appends "endpoint.failing" to
+-- the ops outbox, a success closing an open or half-open breaker "endpoint.recovered",
+-- in this same call, so each transition is recorded once across all workers
+-- (relay/connectors/opsevents.py publishes them into the ops app).
+--
+-- Returns {state, consecutive failures, open_until, failing_since (ms or 0), last_success_at,
+--          ops entries appended}
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local threshold = tonumber(ARGV[1])
 local b = KEYS[1]
 local n = tonumber(ARGV[4])
+local ops_id, ops_ep, ops = ARGV[5 + 2 * n], ARGV[6 + 2 * n], 0
+local function ops_event(kind, fields)
+  ops = ops + 1
+  fields.id = ops_id .. "-" .. ops
+  fields.type = kind
+  fields.endpoint_id = ops_ep
+  fields.at = now
+  redis.call("RPUSH", KEYS[3], cjson.encode(fields))
+end
 for i = 1, n do
   local token = ARGV[3 + 2 * i]
   local verdict = ARGV[4 + 2 * i]
@@ -25,6 +42,9 @@ for i = 1, n do
   local state = redis.call("HGET", b, "state") or "closed"
   local is_probe = redis.call("HGET", b, "probe") == token
   if verdict == "1" then
+    if state ~= "closed" then
+      ops_event("endpoint.recovered", {opened_at = tonumber(redis.call("HGET", b, "opened_at"))})
+    end
     redis.call("HSET", b, "state", "closed", "failures", 0, "last_success_at", now)
     redis.call("HDEL", b, "probe", "probe_until", "probe_back", "open_until", "cooldown",
       "failing_since")
@@ -42,6 +62,7 @@ for i = 1, n do
       redis.call("HSET", b, "state", "open", "cooldown", ARGV[2],
         "open_until", now + tonumber(ARGV[2]), "opened_at", now)
       redis.call("HINCRBY", b, "opened", 1)
+      ops_event("endpoint.failing", {failures = failures, open_until = now + tonumber(ARGV[2])})
     end
   elseif is_probe then
     -- a neutral probe result (e.g. 429) lets the next probe go
@@ -50,4 +71,4 @@ for i = 1, n do
 end
 local f = redis.call("HMGET", b, "state", "failures", "open_until", "failing_since",
   "last_success_at")
-return {f[1] or "closed", f[2] or 0, f[3] or 0, f[4] or 0, f[5] or 0}
+return {f[1] or "closed", f[2] or 0, f[3] or 0, f[4] or 0, f[5] or 0, ops}
