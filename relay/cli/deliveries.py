@@ -15,6 +15,7 @@ from relay.cli.output import (
     json_option,
     operator_settings,
     outbox_backlog,
+    per_id_outcome,
     print_rows,
     with_store,
 )
@@ -219,21 +220,7 @@ def replay(
     if not delivery_ids:
         raise click.UsageError("give one or more delivery IDs, or --all-dead")
     result = with_store(lambda s: s.replay(list(delivery_ids)))
-    emit(
-        result,
-        as_json,
-        lambda r: print_rows(
-            [
-                [k, "replayed" if v == "ok" else f"not replayed: {v or 'not found'}"]
-                for k, v in r.items()
-            ],
-            ["delivery", "result"],
-        ),
-    )
-    failed = sum(1 for v in result.values() if v != "ok")
-    if failed:
-        click.echo(f"Error: {failed} of {len(result)} not replayed", err=True)
-        sys.exit(1)
+    per_id_outcome(result, as_json, "replayed")
 
 
 async def _purge(store: Store, before: int) -> dict[str, Any]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from relay.cli.output import emit, json_option, print_rows, with_store
+from relay.cli.output import emit, json_option, per_id_outcome, print_rows, with_store
 from relay.queue.store import Store
 
 
@@ -28,21 +27,7 @@ def discard(delivery_ids: tuple[str, ...], as_json: bool) -> None:
       relay discard dlv_01J...
     """
     result = with_store(lambda s: s.discard(list(delivery_ids)))
-    emit(
-        result,
-        as_json,
-        lambda r: print_rows(
-            [
-                [k, "discarded" if v == "ok" else f"not discarded: {v or 'not found'}"]
-                for k, v in r.items()
-            ],
-            ["delivery", "result"],
-        ),
-    )
-    failed = sum(1 for v in result.values() if v != "ok")
-    if failed:
-        click.echo(f"Error: {failed} of {len(result)} not discarded", err=True)
-        sys.exit(1)
+    per_id_outcome(result, as_json, "discarded")
 
 
 async def _blocked(store: Store) -> list[dict[str, Any]]:

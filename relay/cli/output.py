@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -132,6 +133,24 @@ TIME = TimeParam()
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (for scripts) instead of a table."
 )
+
+
+def per_id_outcome(result: dict[str, str], as_json: bool, done: str) -> None:
+    """Report a transition applied to delivery ids (``relay replay``, ``relay discard``):
+    each id maps to "ok" or the status that refused it ("" for an unknown id); exits 1
+    when any was refused."""
+    emit(
+        result,
+        as_json,
+        lambda r: print_rows(
+            [[k, done if v == "ok" else f"not {done}: {v or 'not found'}"] for k, v in r.items()],
+            ["delivery", "result"],
+        ),
+    )
+    failed = sum(1 for v in result.values() if v != "ok")
+    if failed:
+        click.echo(f"Error: {failed} of {len(result)} not {done}", err=True)
+        sys.exit(1)
 
 
 def outbox_backlog(dsn: str, table: str) -> dict[str, Any]:
