@@ -18,7 +18,7 @@ from relay import logs, tracing
 from relay.api import create_app
 from relay.connectors.opsevents import OpsRelay
 from relay.delivery.attempt import BeforeSend
-from relay.delivery.worker import Worker
+from relay.delivery.worker import Worker, stop_tasks
 from relay.domain import redisfacts
 from relay.ops import metrics
 from relay.ops.replays import ReplayRunner
@@ -116,9 +116,8 @@ async def run_worker(
         await worker.run(stop, burst=burst)
     finally:
         replays_stop.set()
-        sweeper.cancel()
-        relay_task.cancel()
-        await asyncio.gather(sweeper, replays, relay_task, return_exceptions=True)
+        await stop_tasks(sweeper, relay_task)
+        await asyncio.gather(replays, return_exceptions=True)
         if exporter is not None:
             await exporter.cleanup()
 

@@ -120,9 +120,7 @@ class Worker:
             await self._leases.hand_back(self._recorder, self._settler)
             await self._recorder.stop()
             await self._settler.stop()
-            heartbeat.cancel()
-            listener.cancel()
-            await asyncio.gather(heartbeat, listener, return_exceptions=True)
+            await stop_tasks(heartbeat, listener)
             if self._own_session and self._session is not None:
                 await self._session.close()
             log.info("worker.stopped", worker=self.settings.worker_id)
@@ -255,3 +253,21 @@ async def _wait_any(stop: asyncio.Event, other: asyncio.Event, within: float | N
     finally:
         for w in waiters:
             w.cancel()
+
+
+async def stop_tasks(*tasks: asyncio.Task[Any], within: float = 5.0) -> None:
+    """Cancel ``tasks`` and wait for them. redis-py can swallow a cancellation that
+    lands mid-command (tests/test_subscription.py), so a task still running is cancelled
+    again every half second; after ``within`` seconds it is left behind with a warning
+    rather than holding the shutdown for ever."""
+    deadline = time.monotonic() + within
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for t in pending:
+            t.cancel()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            log.warning("shutdown.tasks_left", tasks=sorted(t.get_name() for t in pending))
+            break
+        _, pending = await asyncio.wait(pending, timeout=min(0.5, left))
+    await asyncio.gather(*(t for t in tasks if t.done()), return_exceptions=True)

@@ -20,6 +20,9 @@ from relay.queue.store import Store
 
 RECONNECT_AFTER = 0.5  # seconds between a failed connection and the next one
 CLOSE_WITHIN = 5.0  # seconds a pub/sub connection gets to close; then it is dropped
+# An idle subscriber looks up at least this often (seconds) for a cancellation that
+# redis-py swallowed (below).
+LOOK_UP_EVERY = 1.0
 
 log = structlog.get_logger("relay.pubsub")
 
@@ -43,7 +46,18 @@ async def keep_subscribed(
         failed = False
         try:
             await pubsub.subscribe(*channels)
-            async for msg in pubsub.listen():
+            while True:
+                # redis-py 8.1 can swallow a cancellation that lands while it subscribes
+                # (about 1 cancel in 5 in the first milliseconds, tests/test_subscription.py):
+                # the task then listened on, and a worker stopped then never exited.
+                # The request is still on the task (``cancelling()``), so honour it here.
+                if _cancel_requested():
+                    raise asyncio.CancelledError
+                if not pubsub.subscribed:  # the end of the stream: subscribe again
+                    break
+                msg = await pubsub.get_message(timeout=LOOK_UP_EVERY)
+                if msg is None:
+                    continue
                 kind = msg.get("type")
                 if kind == "message":
                     on_message(msg)
@@ -65,3 +79,8 @@ async def keep_subscribed(
                 on_lost()
         if failed:
             await asyncio.sleep(RECONNECT_AFTER)
+
+
+def _cancel_requested() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
