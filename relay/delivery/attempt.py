@@ -21,7 +21,7 @@ import structlog
 from relay import tracing
 from relay.delivery import sender
 from relay.delivery.stats import Stats
-from relay.domain import retry
+from relay.domain import attemptlog, retry
 from relay.ops import metrics
 from relay.queue.store import Claimed, Outcome
 from relay.settings import Settings
@@ -76,20 +76,26 @@ def outcome(
     at_ms: int,
     duration: float = 0.0,
 ) -> Outcome:
-    """What ``Store.record`` writes for this attempt, with its attempt-log entry."""
+    """What ``Store.record`` writes for this attempt, with its attempt-log entry (and
+    its short form, when it is a first request that succeeded: relay.domain.attemptlog)."""
+    duration_ms = round(duration * 1000, 2)
+    detail = detail[: sender.BODY_CAP]
     entry = orjson.dumps(
         {
             "attempt": c.attempts,
             "at": at_ms,
-            "duration_ms": round(duration * 1000, 2),
+            "duration_ms": duration_ms,
             "status_code": status,
             "error": error or None,
-            "detail": detail[: sender.BODY_CAP] or None,
+            "detail": detail or None,
             "outcome": result,
             "worker": worker,
         }
     )
-    return Outcome(c.id, c.token, result, delay_ms, status, error, entry)
+    short = ""
+    if result == "succeeded" and not error:
+        short = attemptlog.inline(c.attempts, at_ms, duration_ms, status, worker, detail)
+    return Outcome(c.id, c.token, result, delay_ms, status, error, entry, short)
 
 
 class Attempter:

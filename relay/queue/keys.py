@@ -28,8 +28,8 @@ key                                        type    holds
 ``relay:v1:{s0}:lane:<lane>``              list    an ordered lane's delivery ids, head first
 ``relay:v1:{s0}:queued``                   zset    ids behind their lane's head, score = created
 ``relay:v1:{s0}:blocked``                  zset    lanes held by a dead head, score = when blocked
-``relay:v1:{s0}:dlv:<delivery_id>``        hash    the delivery record (status, attempts, claim)
-``relay:v1:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request
+``relay:v1:{s0}:dlv:<delivery_id>``        hash    the delivery record (status, attempts, claim, a1)
+``relay:v1:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request but a1
 ``relay:v1:{s0}:evt:<event_id>``           hash    event: type, app, body (bytes sent), live, tp
 ``relay:v1:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
 ``relay:v1:{s0}:stats``                    hash    shard counters (reclaimed)

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from relay.domain import matching
+from relay.domain import attemptlog, matching
 from relay.queue.base import StoreBase
 from relay.queue.keys import ShardKeys
 from relay.queue.records import STATUSES, parse_delivery
@@ -45,7 +45,10 @@ class Reads(StoreBase):
             return None
         record = parse_delivery(res[0])
         if with_log:
-            record["attempt_log"] = [orjson.loads(e) for e in res[1]]
+            log = [orjson.loads(e) for e in res[1]]
+            if "a1" in res[0]:  # a first request that succeeded, kept in the hash
+                log.insert(0, attemptlog.expand(res[0]["a1"]))
+            record["attempt_log"] = log
         if "lane" in record:  # ordered: the lane's head now, and whether a dead head holds it
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.lindex(sk.lane(record["lane"]), 0)

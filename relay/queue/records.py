@@ -63,6 +63,7 @@ class Outcome:
     status_code: int | None
     error: str
     entry: bytes  # attempt log entry, JSON object without "n"
+    inline: str = ""  # its short form for the hash (relay.domain.attemptlog), or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,7 @@ def parse_delivery(raw: dict[str, str]) -> dict[str, Any]:
     """A delivery hash as the API and the CLI show it."""
     out: dict[str, Any] = dict(raw)
     out.pop("recorded", None)  # record.lua's own bookkeeping (the last token it recorded)
+    out.pop("a1", None)  # the first request's log entry, short form (Reads.get_delivery)
     for f in INT_FIELDS:
         if f in out:
             out[f] = num(out[f])

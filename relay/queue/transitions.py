@@ -118,7 +118,7 @@ class Transitions(StoreBase):
         for o in outcomes:
             keys += [sk.delivery(o.id), sk.log(o.id)]
             code = "" if o.status_code is None else o.status_code
-            args += [o.id, o.token, o.outcome, o.delay_ms, code, o.error, o.entry]
+            args += [o.id, o.token, o.outcome, o.delay_ms, code, o.error, o.entry, o.inline]
         keys += [sk.queued, sk.blocked, sk.dead_tally_index]
         args += [sk.lane_prefix, sk.delivery_prefix, sk.dead_tally_prefix]
         return [int(x) for x in await self.scripts.record(keys=keys, args=args)]

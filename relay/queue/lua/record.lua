@@ -12,13 +12,18 @@
 -- KEYS[7+2n] dead-letter tallies (zset)   ShardKeys.dead_tally_index
 --
 -- ARGV[1] wake channel (ShardKeys.wake)   ARGV[2] n, the number of items
--- ARGV[3..2+7n] per item, seven values: delivery id, claim token,
+-- ARGV[3..2+8n] per item, eight values: delivery id, claim token,
 --           outcome ("succeeded" | "retry" | "dead" | "defer"), retry delay ms,
 --           status code ("" for none), error ("" for none),
---           attempt log entry: a JSON object without its "n" (and "fenced") field
--- ARGV[3+7n] lane key prefix (ShardKeys.lane_prefix)
--- ARGV[4+7n] delivery key prefix (ShardKeys.delivery_prefix), for the next one of a lane
--- ARGV[5+7n] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
+--           attempt log entry: a JSON object without its "n" (and "fenced") field,
+--           its short form ("" for none; relay/domain/attemptlog.py)
+-- ARGV[3+8n] lane key prefix (ShardKeys.lane_prefix)
+-- ARGV[4+8n] delivery key prefix (ShardKeys.delivery_prefix), for the next one of a lane
+-- ARGV[5+8n] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
+--
+-- The attempt log: a delivery's first request, when it succeeded and has a short form,
+-- is kept in the delivery hash as "a1" rather than in a list of its own (a list of one
+-- entry costs ~390 bytes); every other request is appended to the list.
 --
 -- Ordered lanes (a delivery hash with a "lane"): "retry" and "defer" keep it the head
 -- (back in due, its lane untouched). "succeeded" pops it off its lane and makes the next
@@ -38,12 +43,12 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local res = {}
 local wake = false
 local n = tonumber(ARGV[2])
-local lane_prefix = ARGV[3 + 7 * n]
-local dlv_prefix = ARGV[4 + 7 * n]
+local lane_prefix = ARGV[3 + 8 * n]
+local dlv_prefix = ARGV[4 + 8 * n]
 local queued = KEYS[5 + 2 * n]
 local blocked = KEYS[6 + 2 * n]
 local tally_index = KEYS[7 + 2 * n]
-local tally_prefix = ARGV[5 + 7 * n]
+local tally_prefix = ARGV[5 + 8 * n]
 
 -- Operational events: a dead letter is counted in its endpoint's tally in this shard
 -- (relay/connectors/opsevents.py cuts ripe tallies into delivery.dead summaries).
@@ -90,7 +95,7 @@ end
 for i = 1, n do
   local dkey = KEYS[3 + 2 * i]
   local lkey = KEYS[4 + 2 * i]
-  local b = 2 + (i - 1) * 7
+  local b = 2 + (i - 1) * 8
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local entry = ARGV[b + 7]
   local mine = redis.call("HGET", dkey, "claim") == token
@@ -117,7 +122,11 @@ for i = 1, n do
     end
   else
     local num = redis.call("HINCRBY", dkey, "log_n", 1)
-    redis.call("RPUSH", lkey, '{"n":' .. num .. ',' .. string.sub(entry, 2))
+    if num == 1 and outcome == "succeeded" and ARGV[b + 8] ~= "" then
+      redis.call("HSET", dkey, "a1", ARGV[b + 8])
+    else
+      redis.call("RPUSH", lkey, '{"n":' .. num .. ',' .. string.sub(entry, 2))
+    end
     redis.call("ZREM", KEYS[2], id)
     redis.call("HDEL", dkey, "claim", "lease_until")
     redis.call("HSET", dkey, "status", outcome, "updated_at", now, "last_attempt_at", now,

@@ -1,0 +1,43 @@
+"""The attempt log's short form for the common case: one request, and it succeeded.
+
+A delivery's requests are logged in its own list (``ShardKeys.log``), one JSON entry
+each. Most deliveries are made by one request that succeeds, and a list key of one
+entry costs Redis about 390 bytes (key, quicklist, node). So record.lua keeps that
+first request in the delivery hash instead, as the field ``a1``:
+``"<at ms> <duration ms> <status code> <worker>[ <detail>]"``, short enough (at most
+64 bytes, Redis's ``hash-max-listpack-value``) that the hash stays a compact listpack.
+Any later request (a replay, a fenced late write) still goes to the list, and a reader
+puts ``a1`` first (:func:`expand`): the API and the CLI show the same log as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+INLINE_MAX = 64  # bytes; past Redis's hash-max-listpack-value the hash is a hashtable
+
+
+def inline(
+    attempt: int, at_ms: int, duration_ms: float, status: int | None, worker: str, detail: str
+) -> str:
+    """The ``a1`` form of a first request that succeeded; "" when it has no short form."""
+    if attempt != 1 or status is None or not worker or " " in worker:
+        return ""
+    text = f"{at_ms} {duration_ms!r} {status} {worker}" + (f" {detail}" if detail else "")
+    return text if len(text.encode()) <= INLINE_MAX else ""
+
+
+def expand(value: str) -> dict[str, Any]:
+    """The attempt-log entry an ``a1`` field stands for (number 1)."""
+    at, duration, status, worker, *detail = value.split(" ", 4)
+    return {
+        "n": 1,
+        "attempt": 1,
+        "at": int(at),
+        "duration_ms": float(duration),
+        "status_code": int(status),
+        "error": None,
+        "detail": detail[0] if detail else None,
+        "outcome": "succeeded",
+        "worker": worker,
+    }

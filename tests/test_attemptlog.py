@@ -1,0 +1,104 @@
+"""Issue 17: a delivery's first request, when it succeeded, is kept in its hash ("a1")
+instead of an attempt-log list of its own; readers show the same log as before.
+
+On fakeredis and a real Redis (the ``st`` fixture of test_store.py); the encoding check
+needs a real server. Seen failing before the change: the log key existed and ``a1`` did
+not (record.lua pushed every entry to the list).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from relay.delivery.attempt import outcome as make_outcome
+from relay.domain import attemptlog
+from relay.queue.store import Store
+from tests.test_store import add_endpoint, claim, publish
+
+pytestmark = pytest.mark.realredis
+
+
+@pytest.fixture(params=["fake", "real"])
+def backend(request: pytest.FixtureRequest) -> Any:
+    name = "fake_store" if request.param == "fake" else "make_store"
+    return request.getfixturevalue(name)
+
+
+@pytest.fixture
+async def st(backend: Any) -> Store:
+    return backend if isinstance(backend, Store) else await backend()
+
+
+def _ok(c: Any, detail: str = "", worker: str = "w1") -> Any:
+    return make_outcome(
+        c, "succeeded", 0, 200, "", detail, worker=worker, at_ms=1_700_000_000_123, duration=0.0123
+    )
+
+
+async def _one_sent(st: Store, detail: str = "", worker: str = "w1") -> tuple[Any, Any]:
+    ep = await add_endpoint(st)
+    await publish(st, [ep["id"]])
+    c = (await claim(st)).items[0]
+    done = _ok(c, detail, worker)
+    assert await st.record(st.keys.shard(0), [done]) == [1]
+    return c, done
+
+
+async def test_a_first_request_that_succeeded_stays_in_the_hash(st: Store) -> None:
+    c, done = await _one_sent(st, detail="ok")
+    sk = st.keys.shard(0)
+    assert not await st.redis.exists(sk.log(c.id))
+    raw = await st.redis.hgetall(sk.delivery(c.id))
+    assert raw["a1"] == done.inline and raw["log_n"] == "1"
+    rec = await st.get_delivery(c.id)
+    assert rec is not None and "a1" not in rec
+    # the same entry the list would have held, field for field
+    assert rec["attempt_log"] == [{"n": 1, **orjson.loads(done.entry)}]
+
+
+async def test_later_requests_go_to_the_list_after_it(st: Store) -> None:
+    c, _ = await _one_sent(st)
+    sk = st.keys.shard(0)
+    assert await st.replay([c.id]) == {c.id: "ok"}
+    again = (await claim(st)).items[0]
+    assert await st.record(sk, [_ok(again)]) == [1]
+    assert await st.redis.llen(sk.log(c.id)) == 1  # the replayed request: number 2
+    rec = await st.get_delivery(c.id)
+    assert rec is not None and [e["n"] for e in rec["attempt_log"]] == [1, 2]
+
+
+@pytest.mark.parametrize(("detail", "worker"), [("x" * 40, "w1"), ("", "pod name with spaces")])
+async def test_what_has_no_short_form_goes_to_the_list(st: Store, detail: str, worker: str) -> None:
+    c, done = await _one_sent(st, detail=detail, worker=worker)
+    assert done.inline == ""
+    sk = st.keys.shard(0)
+    assert "a1" not in await st.redis.hgetall(sk.delivery(c.id))
+    rec = await st.get_delivery(c.id)
+    assert rec is not None and rec["attempt_log"] == [{"n": 1, **orjson.loads(done.entry)}]
+
+
+async def test_the_hash_stays_a_listpack(make_store: Any) -> None:
+    store = await make_store()
+    c, _ = await _one_sent(store)
+    assert await store.redis.object("encoding", store.keys.shard(0).delivery(c.id)) == "listpack"
+
+
+def test_inline_round_trip_and_limits() -> None:
+    text = attemptlog.inline(1, 5, 13.64, 204, "vm-1", "accepted: yes")
+    assert attemptlog.expand(text) == {
+        "n": 1,
+        "attempt": 1,
+        "at": 5,
+        "duration_ms": 13.64,
+        "status_code": 204,
+        "error": None,
+        "detail": "accepted: yes",
+        "outcome": "succeeded",
+        "worker": "vm-1",
+    }
+    assert attemptlog.inline(2, 5, 1.0, 200, "w", "") == ""  # not the first attempt
+    assert attemptlog.inline(1, 5, 1.0, None, "w", "") == ""
+    assert attemptlog.inline(1, 5, 1.0, 200, "w", "é" * 40) == ""  # bytes, not characters
