@@ -25,6 +25,7 @@ from relay.ops.replays import ReplayRunner
 from relay.ops.retention import Retention
 from relay.queue.base import answers
 from relay.queue.errors import NOT_UP
+from relay.queue.migrate import OLD
 from relay.queue.store import Claimed, Store, connect
 from relay.redisproc import RedisServer, free_port
 from relay.settings import DEV_REDIS_RECORD, Settings
@@ -132,6 +133,11 @@ async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> Non
         return
     try:
         await check_redis(store)
+        if await store.legacy_left():
+            raise RedisRefused(
+                f"it holds relay's key layout {OLD} under the prefix {settings.key_prefix!r}:"
+                " stop every relay process, run `relay migrate`, then start this version"
+            )
     except RedisRefused:
         await store.close()
         raise

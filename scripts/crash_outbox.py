@@ -48,6 +48,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from pg import PgServer, pg_bindir  # noqa: E402
 
 from relay.connectors import outbox_admin, outbox_schema  # noqa: E402
+from relay.domain import eventrecord  # noqa: E402
 from relay.domain.schema import endpoint_record  # noqa: E402
 from relay.queue.store import Store, connect  # noqa: E402
 from relay.redisproc import RedisServer, free_port  # noqa: E402
@@ -240,8 +241,8 @@ class Round:
         event_ids = await store.redis.zrange(sk.events, 0, -1)
         pipe = store.redis.pipeline(transaction=False)
         for e in event_ids:
-            pipe.hget(sk.event(e), "body")
-        bodies = await pipe.execute()
+            pipe.get(sk.event(e))
+        bodies = [eventrecord.unpack(raw)[1] for raw in await pipe.execute()]
         return {e: orjson.loads(b)["data"]["row"] for e, b in zip(event_ids, bodies, strict=True)}
 
     async def _drain(self, store: Store) -> bool:

@@ -20,6 +20,7 @@ from conftest import make_settings
 from test_api import assert_error, call, new_endpoint, snapshot
 
 import relay.endpoints.lifecycle
+from relay.domain import eventrecord
 from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer, free_port
 
@@ -92,7 +93,8 @@ async def test_64_bit_integers_and_big_floats_stay_exact(env: tuple[Store, Any])
         api, "POST", "/v1/events", data=raw, headers={"Content-Type": "application/json"}
     )
     assert status == 201
-    stored = await store.redis.hget(store.shard_keys_for(event["id"]).event(event["id"]), "body")
+    raw = await store.redis.get(store.shard_keys_for(event["id"]).event(event["id"]))
+    stored = eventrecord.unpack(raw)[1]
     assert orjson.loads(stored)["data"] == orjson.loads(payload)
     assert b"18446744073709551615" in stored.encode() and b"-9223372036854775808" in stored.encode()
 

@@ -78,7 +78,7 @@ def builders(keys: Keys) -> Iterator[tuple[str, str, str]]:
             yield f"ShardKeys.{name}", kind, value
         yield "guard_key(shard)", "key", guard_key(sk.due)
     for name in dir(Keys):
-        if name.startswith("_") or name in {"prefix", "shards", "shard", "all_shards"}:
+        if name.startswith("_") or name in {"prefix", "shards", "layout", "shard", "all_shards"}:
             continue
         value = call(keys, name)
         if isinstance(value, EndpointKeys):
@@ -139,7 +139,7 @@ def _type(name: str) -> str:
 
 
 def row_pattern(row: str) -> re.Pattern[str]:
-    """A table row (``relay:v1:{ep_X}:breaker``, ``...:dlv:<delivery_id>``) as a regex."""
+    """A table row (``relay:v2:{ep_X}:breaker``, ``...:dlv:<delivery_id>``) as a regex."""
     text = re.escape(row)
     for tag in (r"\{ep_X\}", r"\{tag\}"):
         text = text.replace(tag, r"\{[^{}]+\}")

@@ -36,6 +36,7 @@ from relay.cli import main as cli
 from relay.connectors import outbox_admin, outbox_schema
 from relay.connectors.outbox import OutboxConnector
 from relay.delivery.worker import Worker
+from relay.domain import eventrecord
 from relay.domain.schema import endpoint_record
 from relay.ops import metrics
 from relay.queue.store import Store, connect
@@ -110,9 +111,9 @@ async def event_rows(store: Store) -> collections.Counter[str]:
         event_ids = await store.redis.zrange(sk.events, 0, -1)
         pipe = store.redis.pipeline(transaction=False)
         for e in event_ids:
-            pipe.hget(sk.event(e), "body")
-        for body in await pipe.execute():
-            seen[orjson.loads(body)["data"]["row"]] += 1
+            pipe.get(sk.event(e))
+        for raw in await pipe.execute():
+            seen[orjson.loads(eventrecord.unpack(raw)[1])["data"]["row"]] += 1
     return seen
 
 

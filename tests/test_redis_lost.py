@@ -116,7 +116,7 @@ async def test_worker_and_api_carry_on_after_redis_lost_everything(
         left = [k async for k in api_store.redis.scan_iter(match=f"{settings.key_prefix}:*")]
         assert len([k for k in left if ":dlv:" in k]) == 6, left
         assert len([k for k in left if ":log:" in k]) == 6, left
-        assert [k for k in left if old in k] == [f"{settings.key_prefix}:v1:{{{old}}}:breaker"]
+        assert [k for k in left if old in k] == [f"{settings.key_prefix}:v2:{{{old}}}:breaker"]
     finally:
         held.set()
         stop.set()

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from relay.delivery.worker import Worker
-from relay.domain import ids, signing
+from relay.domain import eventrecord, ids, signing
 from relay.domain.replayspec import ReplayIn
 from relay.domain.schema import endpoint_record
 from relay.ops import replays as replays_module
@@ -51,17 +51,15 @@ async def seed(
             event_id, dlv = ids.new_id("evt", sk.shard, at), ids.new_id("dlv", sk.shard, at)
             ep = endpoints[i % len(endpoints)]
             body = signing.build_body(event_id, event_type, at, orjson.dumps({"i": i}))
-            pipe.hset(
+            pipe.set(
                 sk.event(event_id),
-                mapping={
-                    "id": event_id,
-                    "type": event_type,
-                    "app": "default",
-                    "body": body,
-                    "created_at": at,
-                    "deliveries": orjson.dumps([{"id": dlv, "endpoint_id": ep}]),
-                    "live": 1,
-                },
+                eventrecord.pack(
+                    event_type=event_type,
+                    app="default",
+                    created_ms=at,
+                    deliveries=[(dlv, ep)],
+                    body=body,
+                ),
             )
             pipe.hset(
                 sk.delivery(dlv),

@@ -34,6 +34,7 @@ from opentelemetry.trace import SpanKind
 
 from relay import tracing
 from relay.delivery.worker import Worker
+from relay.domain import eventrecord
 from relay.redisproc import free_port
 from relay.settings import Settings, SettingsError
 
@@ -225,10 +226,10 @@ async def test_publish_span_continues_the_caller_and_scripts_are_children(
     assert script.context.trace_id == pub.context.trace_id
     assert script.attributes is not None and script.attributes["db.system.name"] == "redis"
 
-    # the publish span's context is on the event hash, for a worker anywhere
+    # the publish span's context is in the event's header, for a worker anywhere
     sk = store.shard_keys_for(event["id"])
     assert sk is not None
-    tp = await store.redis.hget(sk.event(event["id"]), "tp")
+    tp = eventrecord.unpack(await store.redis.get(sk.event(event["id"])))[0]["tp"]
     assert tp == f"00-{CALLER_TRACE}-{pub.context.span_id:016x}-01\nacme=t61rcWkgMzE"
 
     # an in-process worker: the attempt is a child of the publish span
@@ -289,7 +290,7 @@ async def test_tracing_off_stores_no_trace_field(
     event = await publish(api, CALLER)
     sk = store.shard_keys_for(event["id"])
     assert sk is not None
-    assert not await store.redis.hexists(sk.event(event["id"]), "tp")
+    assert "tp" not in eventrecord.unpack(await store.redis.get(sk.event(event["id"])))[0]
     stop = asyncio.Event()
     await Worker(store, store.settings).run(stop, burst=True)
     # the caller's headers are not forwarded (relay's own trace is not running); an

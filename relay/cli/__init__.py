@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from relay.cli import deliveries, lanes, outbox, processes, views
+from relay.cli import deliveries, lanes, migrate, outbox, processes, views
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,14 +19,14 @@ def main() -> None:
     """relay: webhook delivery on Redis.
 
     Settings come from RELAY_* environment variables (see the README); the operator
-    commands (stats, dead, replay, discard, blocked, endpoints, inspect, purge) use RELAY_REDIS_URL,
-    RELAY_KEY_PREFIX and RELAY_SHARDS to find the data.
+    commands (stats, dead, replay, discard, blocked, endpoints, inspect, purge,
+    migrate) use RELAY_REDIS_URL, RELAY_KEY_PREFIX and RELAY_SHARDS to find the data.
 
     TIME arguments take an ISO 8601 time (2026-01-31T14:00:00Z; UTC when no offset is
     given) or a duration meaning that long ago (90s, 30m, 2h, 7d).
     """
 
 
-for _module in (processes, deliveries, lanes, views, outbox):
+for _module in (processes, deliveries, lanes, views, outbox, migrate):
     for _command in _module.COMMANDS:
         main.add_command(_command)

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from relay.domain import eventrecord
 from relay.queue.base import StoreBase
 
 PORTAL_LINGER_MS = 86_400_000  # an expired portal token says "token_expired" for a day
@@ -150,8 +151,10 @@ class AuthRecords(StoreBase):
         sk = self.shard_keys_for(ident)
         if sk is None:
             return None
-        key = sk.event(ident) if kind == "event" else sk.delivery(ident)
-        app = await self.redis.hget(key, "app")
+        if kind == "event":
+            raw = await self.redis.get(sk.event(ident))
+            return str(eventrecord.unpack(raw)[0]["app"]) if raw is not None else None
+        app = await self.redis.hget(sk.delivery(ident), "app")
         return str(app) if app is not None else None
 
 

@@ -1,6 +1,6 @@
 """Every Redis key relay writes, built in one place.
 
-Layout (prefix ``relay`` by default, ``v1`` is the layout version). Each queue shard
+Layout (prefix ``relay`` by default, ``v2`` is the layout version). Each queue shard
 lives under its own hash tag ``{sN}``, so every script touches one hash slot and the
 same code runs on a single Redis and on Redis Cluster. Endpoint configuration lives
 under the tag ``{cfg}``; API keys and portal sessions under ``{auth}``; each endpoint's
@@ -16,46 +16,46 @@ README's copy of it and every key the scripts touch to these builders.
 =========================================  ======  =============================================
 key                                        type    holds
 =========================================  ======  =============================================
-``relay:v1:{s0}:due``                      zset    pending delivery ids, score = next attempt (ms)
-``relay:v1:{s0}:processing``               zset    claimed delivery ids, score = lease expiry (ms)
-``relay:v1:{s0}:succeeded``                zset    succeeded delivery ids, score = finish time
-``relay:v1:{s0}:dead``                     zset    dead delivery ids, score = time of death
-``relay:v1:{s0}:held``                     zset    held delivery ids, score = when held
-``relay:v1:{s0}:deliveries``               zset    every delivery id, score = created (ms)
-``relay:v1:{s0}:events``                   zset    events with deliveries, score = created (ms)
-``relay:v1:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
-``relay:v1:{s0}:held:<endpoint_id>``       zset    held delivery ids of that endpoint (for resume)
-``relay:v1:{s0}:lane:<lane>``              list    an ordered lane's delivery ids, head first
-``relay:v1:{s0}:queued``                   zset    ids behind their lane's head, score = created
-``relay:v1:{s0}:blocked``                  zset    lanes held by a dead head, score = when blocked
-``relay:v1:{s0}:dlv:<delivery_id>``        hash    the delivery record (status, attempts, claim, a1)
-``relay:v1:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request but a1
-``relay:v1:{s0}:evt:<event_id>``           hash    event: type, app, body (bytes sent), live, tp
-``relay:v1:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
-``relay:v1:{s0}:stats``                    hash    shard counters (reclaimed)
-``relay:v1:{s0}:wake``                     pubsub  "work became due earlier than you thought"
-``relay:v1:{s0}:ops``                      list    ops outbox: delivery.dead summaries
-``relay:v1:{s0}:opsdead``                  zset    endpoints with a dead tally, score = window start
-``relay:v1:{s0}:opsdead:<endpoint_id>``    hash    its tally: n, first/last id and time
-``relay:v1:{ep_X}:breaker``                hash    circuit breaker of ep_X (state, failures)
-``relay:v1:{ep_X}:rate``                   string  rate limit: GCRA theoretical arrival time (ms)
-``relay:v1:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
-``relay:v1:{ep_X}:opsbox``                 list    ops outbox: breaker opened / closed events
-``relay:v1:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
-``relay:v1:{cfg}:app:<app>``               set     endpoint ids of one app
-``relay:v1:{cfg}:event_types``             hash    event type name -> event type JSON (catalog)
-``relay:v1:{cfg}:changed``                 pubsub  an endpoint or event type was written
-``relay:v1:{cfg}:ready``                   string  /readyz's probe: SET PX, then DEL
-``relay:v1:{rpl}:job:<replay_id>``         hash    a replay job: params, state, cursor, lease
-``relay:v1:{rpl}:jobs``                    zset    every replay job id, score = created (ms)
-``relay:v1:{rpl}:running``                 set     replay job ids a worker should advance
-``relay:v1:{auth}:key:<key_id>``           hash    API key: app, scopes, name, created, token hash
-``relay:v1:{auth}:keys``                   zset    every API key id, score = created (ms)
-``relay:v1:{auth}:cred:<token_sha256>``    string  credential of a token hash: kind, id, app, scopes
-``relay:v1:{auth}:sessions:<key_id>``      set     portal sessions that key opened (token hashes)
-``relay:v1:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
-``relay:v1:{cfg}:ops``                     list    ops outbox: endpoint disabled / enabled events
-``relay:v1:{tag}:guard``                   none    never written: every script call declares it
+``relay:v2:{s0}:due``                      zset    pending delivery ids, score = next attempt (ms)
+``relay:v2:{s0}:processing``               zset    claimed delivery ids, score = lease expiry (ms)
+``relay:v2:{s0}:succeeded``                zset    succeeded delivery ids, score = finish time
+``relay:v2:{s0}:dead``                     zset    dead delivery ids, score = time of death
+``relay:v2:{s0}:held``                     zset    held delivery ids, score = when held
+``relay:v2:{s0}:deliveries``               zset    every delivery id, score = created (ms)
+``relay:v2:{s0}:events``                   zset    events with deliveries, score = created (ms)
+``relay:v2:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
+``relay:v2:{s0}:held:<endpoint_id>``       zset    held delivery ids of that endpoint (for resume)
+``relay:v2:{s0}:lane:<lane>``              list    an ordered lane's delivery ids, head first
+``relay:v2:{s0}:queued``                   zset    ids behind their lane's head, score = created
+``relay:v2:{s0}:blocked``                  zset    lanes held by a dead head, score = when blocked
+``relay:v2:{s0}:dlv:<delivery_id>``        hash    the delivery record (status, attempts, claim, a1)
+``relay:v2:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request but a1
+``relay:v2:{s0}:evt:<event_id>``           string  event: a header line (JSON), then the body sent
+``relay:v2:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
+``relay:v2:{s0}:stats``                    hash    shard counters (reclaimed)
+``relay:v2:{s0}:wake``                     pubsub  "work became due earlier than you thought"
+``relay:v2:{s0}:ops``                      list    ops outbox: delivery.dead summaries
+``relay:v2:{s0}:opsdead``                  zset    endpoints with a dead tally, score = window start
+``relay:v2:{s0}:opsdead:<endpoint_id>``    hash    its tally: n, first/last id and time
+``relay:v2:{ep_X}:breaker``                hash    circuit breaker of ep_X (state, failures)
+``relay:v2:{ep_X}:rate``                   string  rate limit: GCRA theoretical arrival time (ms)
+``relay:v2:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
+``relay:v2:{ep_X}:opsbox``                 list    ops outbox: breaker opened / closed events
+``relay:v2:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
+``relay:v2:{cfg}:app:<app>``               set     endpoint ids of one app
+``relay:v2:{cfg}:event_types``             hash    event type name -> event type JSON (catalog)
+``relay:v2:{cfg}:changed``                 pubsub  an endpoint or event type was written
+``relay:v2:{cfg}:ready``                   string  /readyz's probe: SET PX, then DEL
+``relay:v2:{rpl}:job:<replay_id>``         hash    a replay job: params, state, cursor, lease
+``relay:v2:{rpl}:jobs``                    zset    every replay job id, score = created (ms)
+``relay:v2:{rpl}:running``                 set     replay job ids a worker should advance
+``relay:v2:{auth}:key:<key_id>``           hash    API key: app, scopes, name, created, token hash
+``relay:v2:{auth}:keys``                   zset    every API key id, score = created (ms)
+``relay:v2:{auth}:cred:<token_sha256>``    string  credential of a token hash: kind, id, app, scopes
+``relay:v2:{auth}:sessions:<key_id>``      set     portal sessions that key opened (token hashes)
+``relay:v2:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
+``relay:v2:{cfg}:ops``                     list    ops outbox: endpoint disabled / enabled events
+``relay:v2:{tag}:guard``                   none    never written: every script call declares it
 =========================================  ======  =============================================
 """
 
@@ -63,13 +63,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The layout version, in every key. v2 (issue 17): an event is one string, a header line
+# and its body (relay/domain/eventrecord.py), not a hash. ``relay migrate`` moves a
+# Redis written by v1 to v2 (relay/queue/migrate.py).
+LAYOUT = "v2"
+
 
 @dataclass(frozen=True)
 class ShardKeys:
     """Keys of one queue shard."""
 
     shard: int
-    base: str  # "relay:v1:{s0}:"
+    base: str  # "relay:v2:{s0}:"
 
     @property
     def due(self) -> str:
@@ -209,84 +214,90 @@ class Keys:
 
     prefix: str = "relay"
     shards: int = 1
+    layout: str = LAYOUT  # an older one only to read (and migrate) what it wrote
+
+    @property
+    def _root(self) -> str:
+        """``relay:v2:``: the start of every key."""
+        return f"{self.prefix}:{self.layout}:"
 
     def shard(self, n: int) -> ShardKeys:
         if not 0 <= n < self.shards:
             raise ValueError(f"shard {n} is outside 0..{self.shards - 1}")
-        return ShardKeys(n, f"{self.prefix}:v1:{{s{n}}}:")
+        return ShardKeys(n, f"{self._root}{{s{n}}}:")
 
     def all_shards(self) -> list[ShardKeys]:
         return [self.shard(n) for n in range(self.shards)]
 
     @property
     def endpoints(self) -> str:
-        return f"{self.prefix}:v1:{{cfg}}:endpoints"
+        return f"{self._root}{{cfg}}:endpoints"
 
     @property
     def event_types(self) -> str:
         """The event type catalog: name -> JSON (description, schema, deprecated)."""
-        return f"{self.prefix}:v1:{{cfg}}:event_types"
+        return f"{self._root}{{cfg}}:event_types"
 
     @property
     def endpoints_changed(self) -> str:
         """Pub/sub channel: an endpoint or an event type was written (API replicas drop
         their endpoint cache and their compiled event type validators)."""
-        return f"{self.prefix}:v1:{{cfg}}:changed"
+        return f"{self._root}{{cfg}}:changed"
 
     @property
     def ready(self) -> str:
         """``/readyz`` writes here (with a TTL): Redis accepts writes, not only PING."""
-        return f"{self.prefix}:v1:{{cfg}}:ready"
+        return f"{self._root}{{cfg}}:ready"
 
     @property
     def ops(self) -> str:
         """The ops outbox of endpoint writes (``endpoint_put.lua``): disabled, enabled."""
-        return f"{self.prefix}:v1:{{cfg}}:ops"
+        return f"{self._root}{{cfg}}:ops"
 
     def app(self, app: str) -> str:
-        return f"{self.prefix}:v1:{{cfg}}:app:{app}"
+        return f"{self._root}{{cfg}}:app:{app}"
 
     # Reconciliation replay jobs (relay/ops/replays.py), under their own tag {rpl}.
 
     def replay_job(self, replay_id: str) -> str:
-        return f"{self.prefix}:v1:{{rpl}}:job:{replay_id}"
+        return f"{self._root}{{rpl}}:job:{replay_id}"
 
     @property
     def replay_jobs(self) -> str:
-        return f"{self.prefix}:v1:{{rpl}}:jobs"
+        return f"{self._root}{{rpl}}:jobs"
 
     @property
     def replays_running(self) -> str:
-        return f"{self.prefix}:v1:{{rpl}}:running"
+        return f"{self._root}{{rpl}}:running"
 
     # API keys and portal sessions (relay/queue/auth.py), under their own tag {auth}.
     # Tokens are never stored: a credential is found by the SHA-256 of its token.
 
     def api_key(self, key_id: str) -> str:
-        return f"{self.prefix}:v1:{{auth}}:key:{key_id}"
+        return f"{self._root}{{auth}}:key:{key_id}"
 
     @property
     def api_keys(self) -> str:
-        return f"{self.prefix}:v1:{{auth}}:keys"
+        return f"{self._root}{{auth}}:keys"
 
     def credential(self, token_hash: str) -> str:
         """A key's or portal session's record; a portal session's has a TTL."""
-        return f"{self.prefix}:v1:{{auth}}:cred:{token_hash}"
+        return f"{self._root}{{auth}}:cred:{token_hash}"
 
     def key_sessions(self, key_id: str) -> str:
         """Token hashes of the portal sessions an API key opened (they end with it)."""
-        return f"{self.prefix}:v1:{{auth}}:sessions:{key_id}"
+        return f"{self._root}{{auth}}:sessions:{key_id}"
 
     def api_rate(self, token_hash: str) -> str:
-        return f"{self.prefix}:v1:{{auth}}:rate:{token_hash}"
+        return f"{self._root}{{auth}}:rate:{token_hash}"
 
     def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
-        base = f"{self.prefix}:v1:{{{endpoint_id}}}:"
+        base = f"{self._root}{{{endpoint_id}}}:"
         return EndpointKeys(base + "breaker", base + "rate", base + "inflight", base + "opsbox")
 
 
 def guard_key(key: str) -> str:
-    """The never-written key under the hash tag of ``key`` (``relay:v1:{s0}:guard``).
+    """The never-written key under the hash tag of ``key`` (``relay:v2:{s0}:guard``).
 
     Every script call declares it after its own keys (:mod:`relay.queue.scripts`), so
     Redis Cluster refuses the call while that slot is being migrated.

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from relay.domain import attemptlog, matching
+from relay.domain import attemptlog, eventrecord, matching
 from relay.queue.base import StoreBase
 from relay.queue.keys import ShardKeys
 from relay.queue.records import STATUSES, parse_delivery
@@ -76,20 +76,20 @@ class Reads(StoreBase):
         sk = self.shard_keys_for(event_id)
         if sk is None:
             return None
-        raw = await self.redis.hgetall(sk.event(event_id))
-        if not raw:
+        raw = await self.redis.get(sk.event(event_id))
+        if raw is None:
             return None
-        body = orjson.loads(raw["body"])
+        header, body = eventrecord.unpack(raw)
         event = {
-            "id": raw["id"],
-            "type": raw["type"],
-            "app": raw["app"],
-            "created_at": int(raw["created_at"]),
-            "payload": body["data"],
-            "deliveries": orjson.loads(raw["deliveries"]),
+            "id": event_id,
+            "type": header["type"],
+            "app": header["app"],
+            "created_at": int(header["created_at"]),
+            "payload": orjson.loads(body)["data"],
+            "deliveries": eventrecord.deliveries(header),
         }
-        if "filtered" in raw:  # endpoints whose filter erred on it (relay.domain.filters)
-            event["filtered"] = orjson.loads(raw["filtered"])
+        if "filtered" in header:  # endpoints whose filter erred on it (relay.domain.filters)
+            event["filtered"] = header["filtered"]
         return event
 
     async def endpoint_known(self, endpoint_id: str) -> bool:
@@ -107,16 +107,17 @@ class Reads(StoreBase):
         none was stored; one pipelined round trip (the worker asks only with tracing on)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for e in event_ids:
-                pipe.hget(sk.event(e), "tp")
+                pipe.get(sk.event(e))
             found = await pipe.execute()
-        return [t or "" for t in found]
+        return [eventrecord.unpack(raw)[0].get("tp", "") if raw else "" for raw in found]
 
     async def event_body_length(self, event_id: str) -> int | None:
-        """Bytes of the body sent for an event (``HSTRLEN``), None for an unknown id."""
+        """Bytes of the body sent for an event, None for an unknown id (0 when gone)."""
         sk = self.shard_keys_for(event_id)
         if sk is None:
             return None
-        return int(await self.redis.hstrlen(sk.event(event_id), "body"))
+        raw = await self.redis.get(sk.event(event_id))
+        return len(eventrecord.unpack(raw)[1].encode()) if raw is not None else 0
 
     async def list_deliveries(
         self,

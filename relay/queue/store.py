@@ -31,6 +31,7 @@ from relay.queue.dashboard import Dashboard
 from relay.queue.endpoints import EndpointRecords
 from relay.queue.eventtypes import EventTypeRecords
 from relay.queue.facts import ServerFacts
+from relay.queue.migrate import Migrated, Migration
 from relay.queue.opsbox import OpsOutbox
 from relay.queue.reads import Reads, decode_cursor, encode_cursor
 from relay.queue.records import (
@@ -51,6 +52,7 @@ __all__ = [
     "ClaimResult",
     "Claimed",
     "JobWrite",
+    "Migrated",
     "Outcome",
     "Scanned",
     "Settled",
@@ -73,6 +75,7 @@ class Store(
     ReplayJobs,
     AuthRecords,
     OpsOutbox,
+    Migration,
 ):
     """relay's Redis data model, for one client and one settings object."""
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
+from relay.domain import eventrecord
 from relay.queue.base import StoreBase
 from relay.queue.keys import ShardKeys
 from relay.queue.records import Claimed, ClaimResult, Outcome, Swept, num
@@ -53,7 +52,7 @@ class Transitions(StoreBase):
         """
         sk = self.keys.shard(shard)
         event_key = sk.event(event_id)
-        # Without an Idempotency-Key the script never touches KEYS[1]: the event hash
+        # Without an Idempotency-Key the script never touches KEYS[1]: the event key
         # stands in (a key of the same slot, so the call still names one slot).
         idem_key = sk.idempotency(app, idempotency[0]) if idempotency else event_key
         keys = [idem_key, event_key, sk.events, sk.due, sk.deliveries]
@@ -64,19 +63,25 @@ class Transitions(StoreBase):
             event_id,
             event_type,
             app,
-            body,
+            eventrecord.pack(
+                event_type=event_type,
+                app=app,
+                created_ms=created_ms,
+                deliveries=deliveries,
+                body=body,
+                filtered=filtered,
+                trace=trace,
+            ),
             created_ms,
             self.settings.max_attempts,
             sk.wake,
-            orjson.dumps([{"id": d, "endpoint_id": e} for d, e in deliveries]),
+            "",  # layout v1's deliveries JSON: in the event's header now
             int(self.settings.retention * 1000),  # TTL of an event with no delivery
             len(deliveries),
         ]
         for delivery_id, endpoint_id in deliveries:
             keys += [sk.delivery(delivery_id), sk.endpoint_index(endpoint_id)]
             args += [delivery_id, endpoint_id]
-        args.append(orjson.dumps(list(filtered)) if filtered else "")
-        args.append(trace)
         keys.append(sk.queued)
         args.append(sk.lane_prefix if lanes else "")
         for lane, on_dead in lanes or ():

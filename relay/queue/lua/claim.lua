@@ -9,8 +9,8 @@
 -- KEYS[1]  due queue (zset, score = next attempt, ms)       ShardKeys.due
 -- KEYS[2]  processing leases (zset, score = lease expiry)   ShardKeys.processing
 --
--- ARGV[1]  delivery key prefix   ShardKeys.delivery_prefix  (relay:v1:{s0}:dlv:)
--- ARGV[2]  event key prefix      ShardKeys.event_prefix     (relay:v1:{s0}:evt:)
+-- ARGV[1]  delivery key prefix   ShardKeys.delivery_prefix  (relay:v2:{s0}:dlv:)
+-- ARGV[2]  event key prefix      ShardKeys.event_prefix     (relay:v2:{s0}:evt:)
 --          The due ids are only known in here, so their delivery and event keys are
 --          prefix .. id; they share the shard's hash tag, hence the slot of KEYS[1].
 -- ARGV[3]  batch limit   ARGV[4] lease, ms
@@ -38,8 +38,13 @@ for i, id in ipairs(ids) do
     redis.call("HSET", dkey, "status", "delivering", "claim", token, "worker", ARGV[6],
       "lease_until", lease_until, "updated_at", now)
     redis.call("ZADD", KEYS[2], lease_until, id)
-    local ekey = evt_prefix .. f[1]
-    local body = redis.call("HGET", ekey, "body")
+    -- the event (relay/domain/eventrecord.py): a header line, then the body sent
+    local event = redis.call("GET", evt_prefix .. f[1])
+    local body = nil
+    if event then
+      local nl = string.find(event, "\n", 1, true)
+      body = nl and string.sub(event, nl + 1) or nil
+    end
     n = n + 1
     out[#out + 1] = id
     out[#out + 1] = token

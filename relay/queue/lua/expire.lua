@@ -10,10 +10,10 @@
 --
 -- KEYS[1] succeeded (zset, score = finish time)   KEYS[2] dead (zset, score = time of death)
 -- KEYS[3] deliveries index (zset)                  KEYS[4] events index (zset)
--- ARGV[1] delivery key prefix        ShardKeys.delivery_prefix        (relay:v1:{s0}:dlv:)
--- ARGV[2] attempt log prefix         ShardKeys.log_prefix             (relay:v1:{s0}:log:)
--- ARGV[3] event key prefix           ShardKeys.event_prefix           (relay:v1:{s0}:evt:)
--- ARGV[4] endpoint index prefix      ShardKeys.endpoint_index_prefix  (relay:v1:{s0}:ep:)
+-- ARGV[1] delivery key prefix        ShardKeys.delivery_prefix        (relay:v2:{s0}:dlv:)
+-- ARGV[2] attempt log prefix         ShardKeys.log_prefix             (relay:v2:{s0}:log:)
+-- ARGV[3] event key prefix           ShardKeys.event_prefix           (relay:v2:{s0}:evt:)
+-- ARGV[4] endpoint index prefix      ShardKeys.endpoint_index_prefix  (relay:v2:{s0}:ep:)
 --         The ids are only known in here, so their keys are prefix .. id (same hash
 --         tag, so the same slot as KEYS[1]).
 -- ARGV[5] succeeded cutoff, ms: succeeded deliveries finished at or before it go ("-1": none)
@@ -67,11 +67,21 @@ local function del_chunks(doomed_keys)
   end
 end
 
--- The event hash counts its deliveries still kept ("live", set by publish.lua); true when
--- this was its last one. A hash already gone is not counted as an event removed.
-local function last_of_event(ekey)
-  if redis.call("EXISTS", ekey) == 0 then return false end
-  return redis.call("HINCRBY", ekey, "live", -1) <= 0
+-- True when the event (relay/domain/eventrecord.py: a header line, then its body) keeps
+-- none of the deliveries its header lists, counting those this sweep removes (`dying`)
+-- as gone. An event already gone is not counted as an event removed.
+local function last_of_event(ekey, dying)
+  local event = redis.call("GET", ekey)
+  if not event then return false end
+  local nl = string.find(event, "\n", 1, true)
+  local header = cjson.decode(string.sub(event, 1, nl - 1))
+  for _, pair in ipairs(header.d) do
+    local other = pair[1]
+    if not dying[other] and redis.call("EXISTS", dlv_prefix .. other) == 1 then
+      return false
+    end
+  end
+  return true
 end
 
 local function sweep(zkey, cutoff)
@@ -82,7 +92,8 @@ local function sweep(zkey, cutoff)
   budget = budget - #ids
   zrem_chunks(zkey, ids)
   zrem_chunks(KEYS[3], ids)
-  local doomed, by_endpoint, gone_events = {}, {}, {}
+  local doomed, by_endpoint, gone_events, gone, dying = {}, {}, {}, {}, {}
+  for _, id in ipairs(ids) do dying[id] = true end
   for _, id in ipairs(ids) do
     local dkey = dlv_prefix .. id
     local f = redis.call("HMGET", dkey, "event_id", "endpoint_id", "lane")
@@ -97,9 +108,10 @@ local function sweep(zkey, cutoff)
       end
       list[#list + 1] = id
     end
-    if f[1] then
+    if f[1] and not gone[f[1]] then
       local ekey = evt_prefix .. f[1]
-      if last_of_event(ekey) then
+      if last_of_event(ekey, dying) then
+        gone[f[1]] = true
         doomed[#doomed + 1] = ekey
         gone_events[#gone_events + 1] = f[1]
       end

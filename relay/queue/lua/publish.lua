@@ -2,8 +2,8 @@
 -- Called by Store.publish (relay/queue/transitions.py), which builds these from keys.py.
 --
 -- KEYS[1]  idempotency key (string)    ShardKeys.idempotency(app, key); only touched when
---          ARGV[1] == "1" (without an Idempotency-Key the event hash again, untouched)
--- KEYS[2]  event hash                  ShardKeys.event(event_id)
+--          ARGV[1] == "1" (without an Idempotency-Key the event key again, untouched)
+-- KEYS[2]  event (string)              ShardKeys.event(event_id)
 -- KEYS[3]  events index (zset)         ShardKeys.events
 -- KEYS[4]  due queue (zset)            ShardKeys.due
 -- KEYS[5]  deliveries index (zset)     ShardKeys.deliveries
@@ -13,17 +13,16 @@
 -- ARGV[1]  "1" when an Idempotency-Key guards this publish
 -- ARGV[2]  idempotency value (JSON: body hash + first answer)
 -- ARGV[3]  idempotency TTL, ms
--- ARGV[4]  event id   ARGV[5] type   ARGV[6] app   ARGV[7] body (exact bytes sent)
+-- ARGV[4]  event id   ARGV[5] type   ARGV[6] app
+-- ARGV[7]  the event as stored: its header line, a newline, the body (exact bytes sent);
+--          relay/domain/eventrecord.py, which also holds the filtered and tp it had
 -- ARGV[8]  created_at, ms        ARGV[9] max attempts
--- ARGV[10] wake channel          ARGV[11] deliveries JSON (for the event hash)
+-- ARGV[10] wake channel          ARGV[11] "" (layout v1's deliveries JSON: in ARGV[7] now)
 -- ARGV[12] retention, ms: an event with no delivery is not indexed and expires after it
 -- ARGV[13] n, the number of deliveries
 -- ARGV[14..13+2n] per delivery, two values: delivery id, endpoint id
--- ARGV[14+2n] endpoints left out because their filter erred (JSON list; "" for none)
--- ARGV[15+2n] the publish span's trace context, kept as the event's "tp"; "" without
---          (relay/tracing.py: only with tracing on)
--- ARGV[16+2n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
--- ARGV[17+2n..16+4n] (only with a lane prefix) per delivery, two values: its lane
+-- ARGV[14+2n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
+-- ARGV[15+2n..14+4n] (only with a lane prefix) per delivery, two values: its lane
 --          ("" unordered; else <endpoint_id> or <endpoint_id>:<ordering_key>) and
 --          "skip" | "block" (what its lane does when it goes dead)
 --
@@ -32,8 +31,7 @@
 -- index, never in due, so claims never see them) until the one before them finishes
 -- (record.lua, reclaim.lua, discard.lua, expire.lua promote the next one).
 --
--- The event hash keeps "live", the number of its deliveries still stored: expire.lua
--- counts it down and removes the event with its last delivery.
+-- The event never changes after this; expire.lua removes it with its last delivery.
 -- Returns {1} when stored, or {0, <stored idempotency value>} when the key was taken
 -- (then the key is set again, same value and TTL: a write a WAIT after the call waits for).
 if ARGV[1] == "1" then
@@ -52,33 +50,28 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local created = ARGV[8]
 
 local n = tonumber(ARGV[13])
-redis.call("HSET", KEYS[2], "id", ARGV[4], "type", ARGV[5], "app", ARGV[6],
-  "body", ARGV[7], "created_at", created, "deliveries", ARGV[11], "live", n)
-local filtered = ARGV[14 + 2 * n]
-if filtered and filtered ~= "" then redis.call("HSET", KEYS[2], "filtered", filtered) end
-local trace = ARGV[15 + 2 * n]
-if trace and trace ~= "" then redis.call("HSET", KEYS[2], "tp", trace) end
 if n > 0 then
+  redis.call("SET", KEYS[2], ARGV[7])
   redis.call("ZADD", KEYS[3], created, ARGV[4])
 else -- no delivery will ever expire it, so it carries its own TTL and stays out of the index
-  redis.call("PEXPIRE", KEYS[2], ARGV[12])
+  redis.call("SET", KEYS[2], ARGV[7], "PX", ARGV[12])
 end
 
 -- Wake sleeping workers only when nothing was due yet: a busy queue is being drained.
 local head = redis.call("ZRANGE", KEYS[4], 0, 0, "WITHSCORES")
 local wake = (head[2] == nil) or (tonumber(head[2]) > now)
 
-local lane_prefix = ARGV[16 + 2 * n]
+local lane_prefix = ARGV[14 + 2 * n]
 for i = 1, n do
   local dkey = KEYS[4 + 2 * i]
   local ekey = KEYS[5 + 2 * i]
   local did = ARGV[12 + 2 * i]
   local eid = ARGV[13 + 2 * i]
-  local lane = lane_prefix ~= "" and ARGV[15 + 2 * n + 2 * i] or ""
+  local lane = lane_prefix ~= "" and ARGV[13 + 2 * n + 2 * i] or ""
   local head = true
   if lane ~= "" then  -- ordered: joins its lane; only the head goes to due
     head = redis.call("RPUSH", lane_prefix .. lane, did) == 1
-    redis.call("HSET", dkey, "lane", lane, "on_dead", ARGV[16 + 2 * n + 2 * i])
+    redis.call("HSET", dkey, "lane", lane, "on_dead", ARGV[14 + 2 * n + 2 * i])
   end
   redis.call("HSET", dkey, "id", did, "event_id", ARGV[4], "endpoint_id", eid,
     "app", ARGV[6], "type", ARGV[5], "status", head and "pending" or "queued", "attempts", 0,

@@ -5,7 +5,7 @@
 -- KEYS[1]  the index walked (zset, score = created ms)   ShardKeys.deliveries, or
 --          ShardKeys.endpoint_index(endpoint_id) for one endpoint's deliveries
 --
--- ARGV[1]  delivery key prefix   ShardKeys.delivery_prefix  (relay:v1:{s0}:dlv:)
+-- ARGV[1]  delivery key prefix   ShardKeys.delivery_prefix  (relay:v2:{s0}:dlv:)
 -- ARGV[2]  since, ms (inclusive)   ARGV[3] until, ms (inclusive)
 -- ARGV[4]  cursor: score of the last id returned before ("" to start at since)
 -- ARGV[5]  cursor: the last id returned before ("" to start at since)

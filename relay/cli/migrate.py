@@ -1,0 +1,48 @@
+"""``relay migrate``: move a Redis written by key layout v1 to v2 (relay/queue/migrate.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from relay.cli.output import emit, json_option, print_rows, with_store
+from relay.queue.keys import LAYOUT
+from relay.queue.migrate import OLD
+from relay.queue.store import Migrated, Store
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Count the v1 keys; change nothing.")
+@json_option
+def migrate(dry_run: bool, as_json: bool) -> None:
+    """Move relay's keys from layout v1 to v2, with no loss.
+
+    Stop every relay api and worker first (they refuse to start while a v1 key is left).
+    Each key is copied before its v1 key is deleted; a run cut short is simply run again.
+
+    \b
+    Example:
+      relay migrate --dry-run
+      relay migrate
+    """
+
+    async def go(store: Store) -> Migrated:
+        return await store.migrate(dry_run=dry_run)
+
+    done = with_store(go)
+    data = {"from": OLD, "to": LAYOUT, "dry_run": dry_run, **dataclasses.asdict(done)}
+
+    def table(d: dict[str, object]) -> None:
+        verb = "would move" if dry_run else "moved"
+        click.echo(f"{verb} {done.keys} keys from layout {OLD} to {LAYOUT}")
+        rows = [[kind, n] for kind, n in sorted(done.by_kind.items())]
+        if rows:
+            print_rows(rows, ["kind", "keys"])
+        if done.already:
+            click.echo(f"{done.already} were under {LAYOUT} already (an earlier run)")
+
+    emit(data, as_json, table)
+
+
+COMMANDS = (migrate,)

@@ -1,0 +1,134 @@
+"""Issue 17: ``relay migrate`` moves a Redis populated by key layout v1 to v2 with no loss.
+
+``tests/data/layout_v1.json`` was written by the v1 code itself (scripts/layout_v1_fixture.py,
+run from a checkout of the last v1 commit): every key it left, and what it answered for
+every event and delivery. Loaded into this session's real ``redis-server`` under a fresh
+prefix, migrated, then read, delivered and swept by the v2 code. Seen failing before
+``relay migrate`` existed: the v2 code found none of it (every get_event None), and with
+the event hashes copied as they were, claim.lua failed on WRONGTYPE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from relay.delivery.worker import Worker
+from relay.ops.retention import Retention
+from relay.queue.store import Store
+from tests.conftest import Receiver
+
+pytestmark = pytest.mark.realredis
+
+FIXTURE = Path(__file__).parent / "data" / "layout_v1.json"
+DATA = orjson.loads(FIXTURE.read_bytes())
+FAR = 10**15
+
+
+async def _load(store: Store) -> None:
+    """The fixture's keys, under this store's prefix (values name no key)."""
+    old = DATA["prefix"] + ":"
+    async with store.redis.pipeline(transaction=False) as pipe:
+        for row in DATA["keys"]:
+            key = store.settings.key_prefix + ":" + row["key"][len(old) :]
+            kind, value = row["type"], row["value"]
+            if kind == "string":
+                pipe.set(key, value)
+            elif kind == "hash":
+                pipe.hset(key, mapping=value)
+            elif kind == "list":
+                pipe.rpush(key, *value)
+            elif kind == "set":
+                pipe.sadd(key, *value)
+            else:
+                pipe.zadd(key, dict((m, s) for m, s in value))
+            if row["pttl"] > 0:
+                pipe.pexpire(key, row["pttl"])
+        await pipe.execute()
+
+
+async def _keys(store: Store, layout: str) -> list[str]:
+    pattern = f"{store.settings.key_prefix}:{layout}:*"
+    return [k async for k in store.redis.scan_iter(match=pattern)]
+
+
+@pytest.fixture
+async def v1_store(make_store: Any) -> Store:
+    store: Store = await make_store(key_prefix="m" + uuid.uuid4().hex[:8], shards=DATA["shards"])
+    await _load(store)
+    return store
+
+
+async def test_api_and_worker_refuse_a_redis_of_layout_v1(
+    v1_store: Store, redis_server: Any
+) -> None:
+    assert await v1_store.legacy_left()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env.update(
+        RELAY_REDIS_URL=redis_server.url,
+        RELAY_KEY_PREFIX=v1_store.settings.key_prefix,
+        RELAY_SHARDS=str(DATA["shards"]),
+        RELAY_API_TOKENS="t",
+    )
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "relay", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "layout v1" in proc.stderr and "relay migrate" in proc.stderr
+
+
+async def test_migrate_moves_everything_and_the_v2_code_reads_it_as_v1_did(
+    v1_store: Store, receiver: Receiver
+) -> None:
+    store = v1_store
+    total = len(DATA["keys"])
+    dry = await store.migrate(dry_run=True)
+    assert dry.keys == total and len(await _keys(store, "v1")) == total  # nothing changed
+
+    done = await store.migrate()
+    assert (done.keys, done.events, done.already) == (total, len(DATA["events"]) + 1, 0)
+    assert await _keys(store, "v1") == [] and len(await _keys(store, "v2")) == total
+    assert not await store.legacy_left()
+    assert (await store.migrate()).keys == 0  # run again: nothing left to move
+
+    # every event and delivery reads exactly as the v1 code answered for it
+    for event_id, event in DATA["events"].items():
+        assert await store.get_event(event_id) == event, event_id
+    for delivery_id, delivery in DATA["deliveries"].items():
+        assert await store.get_delivery(delivery_id) == delivery, delivery_id
+    # what had a TTL (the event no endpoint took, the idempotency keys) keeps it
+    for row in (r for r in DATA["keys"] if r["pttl"] > 0):
+        moved = store.settings.key_prefix + ":v2:" + row["key"].split(":v1:", 1)[1]
+        assert 0 < await store.redis.pttl(moved) <= row["pttl"], row["key"]
+
+    # what was pending is delivered, the body as published; then everything is swept
+    for endpoint in await store.list_endpoints():
+        endpoint["url"] = receiver.url + "/ok"
+        await store.put_endpoint(endpoint)
+    import asyncio
+
+    await Worker(store, store.settings).run(asyncio.Event(), burst=True)
+    pending = DATA["pending"]
+    assert len(receiver.requests) == len(pending) > 0
+    sent = {r.headers["webhook-id"]: orjson.loads(r.body) for r in receiver.requests}
+    for delivery_id in pending:
+        event_id = DATA["deliveries"][delivery_id]["event_id"]
+        assert sent[event_id]["data"] == DATA["events"][event_id]["payload"]
+        assert (await store.get_delivery(delivery_id) or {})["status"] == "succeeded"
+    swept = await Retention(store).expire(succeeded_before=FAR, dead_before=FAR)
+    assert (swept.deliveries, swept.events) == (len(DATA["deliveries"]), len(DATA["events"]))
+    for event_id in DATA["events"]:
+        assert await store.get_event(event_id) is None
