@@ -66,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 
 from crash_report import TOTALS, analyze, print_table  # noqa: E402
 
+from relay.domain import attemptlog  # noqa: E402
 from relay.queue.keys import Keys  # noqa: E402
 from relay.redisproc import RedisServer, free_port  # noqa: E402
 
@@ -298,6 +299,8 @@ class Round:
             for n, (i, (evt, dlv, _)) in enumerate(chunk):
                 exists, row, log = res[3 * n : 3 * n + 3]
                 log = [orjson.loads(e) for e in log]
+                if "a1" in row:  # a first request that succeeded, kept in the hash (issue 17)
+                    log.insert(0, attemptlog.expand(row["a1"]))
                 out[i] = {"event": evt, "delivery": dlv, "exists": exists, "row": row, "log": log}
         return out
 

@@ -17,7 +17,11 @@ primary and it takes writes. One rule is added for a failover: a claim written t
 old primary but not yet replicated is gone on the new one, so the delivery is claimed
 again under the same claim number. A second copy under the same ``x-relay-attempt`` is
 explained by the failover when the first copy arrived between 1 s before a kill and the
-end of that failover; those copies are counted in ``explained_by_failover``.
+end of that failover; those copies are counted in ``explained_by_failover``. With
+``RELAY_ACK_REPLICAS=0`` a delivery the new primary never had may also have been sent
+more than once before the kill (a timed-out request and its retry, all on the old
+primary): those extra copies are part of the loss the round shows, counted in
+``explained_by_loss`` (with ``1`` such a delivery is missing and fails the round).
 
 Rounds alternate ``RELAY_ACK_REPLICAS=1`` and ``0`` (``--ack``). With ``1`` (each
 acknowledged write waited for by one replica) a lost event fails the round; with ``0``
@@ -233,6 +237,24 @@ def failover_explained(records: list[dict[str, Any]], outages: list[dict[str, fl
     return dropped
 
 
+def loss_explained(rows: dict[int, dict[str, Any]], records: list[dict[str, Any]]) -> int:
+    """``RELAY_ACK_REPLICAS=0`` only: drop from ``records`` the extra copies of deliveries
+    the new primary never had (their record went with the old one, which may have sent
+    them more than once before it died, e.g. a timed-out first request and its retry);
+    how many. That loss is what the round shows; with 1 such a row fails it."""
+    gone = {r["event"] for r in rows.values() if not r["row"]}
+    seen: set[str] = set()
+    keep, dropped = [], 0
+    for r in sorted(records, key=lambda r: r["at"]):
+        if r["id"] in gone and r["id"] in seen:
+            dropped += 1
+            continue
+        seen.add(r["id"])
+        keep.append(r)
+    records[:] = keep
+    return dropped
+
+
 def _patch_analyze() -> None:
     """crash.Round.run calls crash.analyze; apply the failover rule first."""
     import crash
@@ -241,10 +263,12 @@ def _patch_analyze() -> None:
 
     def analyze(rnd: Any, rows: Any, records: list[dict[str, Any]], drained: bool) -> Any:
         by_failover = failover_explained(records, rnd.st.outages)
+        by_loss = loss_explained(rows, records) if rnd.ack == 0 else 0
         report = plain(rnd, rows, records, drained)
-        report["duplicate_sends"] += by_failover
-        report["explained"] += by_failover
+        report["duplicate_sends"] += by_failover + by_loss
+        report["explained"] += by_failover + by_loss
         report["explained_by_failover"] = by_failover
+        report["explained_by_loss"] = by_loss
         if rnd.ack == 0 and report["lost"]:
             # The loss this choice can show, reported without failing the round: every
             # lost event must be one the new primary never had (not one it kept and
@@ -332,6 +356,7 @@ def main() -> None:
             + f"); lost {r['lost']} of {r['acknowledged']} ({r['acked_in_cut']} answered while "
             f"the replica links were cut); {r['duplicate_sends']} duplicates, "
             f"{r['explained_by_failover']} by a repeated claim after a failover, "
+            f"{r.get('explained_by_loss', 0)} by the loss of an unacknowledged primary, "
             f"{r['unexplained']} unexplained; received unacknowledged "
             f"{r['received_unacknowledged']}"
         )
