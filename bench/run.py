@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import subprocess
 import sys
 import time
 import traceback
@@ -34,8 +32,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import ordered, report, scenarios
-from bench.common import BENCH, RESULTS, Procs, Receiver, machine
+from bench import ordered, report, scenarios, venvs
+from bench.common import RESULTS, Procs, Receiver, machine
 from bench.scenarios import Cfg
 
 STEPS = (
@@ -46,6 +44,9 @@ STEPS = (
     "drain2",
     "saq",
     "arq",
+    "taskiq",
+    "dramatiq",
+    "streaq",
     "fanout",
     "latency",
     "retry",
@@ -55,7 +56,7 @@ STEPS = (
 )
 # Throughput steps get a limit run of their own right before them: on a shared machine
 # the load from elsewhere drifts within minutes, and each ratio should see the same load.
-PAIRED = ("e2e1", "e2e2", "drain1", "drain2", "saq", "arq")
+PAIRED = ("e2e1", "e2e2", "drain1", "drain2", "saq", "arq", "taskiq", "dramatiq", "streaq")
 
 
 def loadavg() -> float | None:
@@ -65,29 +66,15 @@ def loadavg() -> float | None:
         return None
 
 
-def ensure_baselines() -> None:
-    """Make (or refresh) ``bench/.venv`` with arq and saq at the pinned versions."""
-    req = BENCH / "requirements-baselines.txt"
-    venv = BENCH / ".venv"
-    stamp = venv / ".requirements-sha256"
-    want = hashlib.sha256(req.read_bytes()).hexdigest()
-    if stamp.exists() and stamp.read_text() == want and (venv / "bin" / "python").exists():
-        return
-    print("bench: installing arq and saq into bench/.venv ...", file=sys.stderr, flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, "-r", str(req)], check=True)
-    stamp.write_text(want)
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = Cfg(args.n, args.concurrency, args.clients, args.rate, args.seconds, args.uvloop)
     wanted = set(args.only.split(",")) if args.only else set(STEPS)
     unknown = wanted - set(STEPS)
     if unknown:
         raise SystemExit(f"unknown steps {sorted(unknown)}; choose from {', '.join(STEPS)}")
-    if wanted & {"saq", "arq"}:
-        ensure_baselines()
+    for system in venvs.SYSTEMS:
+        if system in wanted:
+            venvs.ensure(system)
     res: dict[str, Any] = {}
     errors: dict[str, str] = {}
     t0 = time.monotonic()
@@ -101,6 +88,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "drain2": ("relay_drain_2", lambda: scenarios.relay_drain(receiver, cfg, 2)),
         "saq": ("saq", lambda: scenarios.baseline(receiver, cfg, "saq")),
         "arq": ("arq", lambda: scenarios.baseline(receiver, cfg, "arq")),
+        "taskiq": ("taskiq", lambda: scenarios.baseline(receiver, cfg, "taskiq")),
+        "dramatiq": ("dramatiq", lambda: scenarios.baseline(receiver, cfg, "dramatiq")),
+        "streaq": ("streaq", lambda: scenarios.baseline(receiver, cfg, "streaq")),
         "fanout": ("fanout", lambda: scenarios.relay_fanout(receiver, cfg)),
         "latency": ("latency", lambda: scenarios.relay_latency(receiver, cfg)),
         "retry": ("retry", lambda: scenarios.relay_retry(receiver, cfg)),

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import load
+from bench import load, venvs
 from bench.common import (
     BENCH,
     HOST,
@@ -37,7 +37,6 @@ from relay.redisproc import RedisServer, free_port
 
 TOKEN = "bench-token"  # the API token of a throwaway API on loopback, not a credential
 SHARD = Keys("relay", 1).shard(0)
-BASELINE_PY = BENCH / ".venv" / "bin" / "python"
 
 
 @dataclass
@@ -365,7 +364,7 @@ async def relay_retry(receiver: Receiver, cfg: Cfg) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------------------- arq, saq
+# ---------------------------------------------------------------------------- baselines
 
 
 async def baseline(receiver: Receiver, cfg: Cfg, system: str) -> dict[str, Any]:
@@ -373,7 +372,7 @@ async def baseline(receiver: Receiver, cfg: Cfg, system: str) -> dict[str, Any]:
     procs = Procs()
     try:
         srv = procs.fresh_redis(system)
-        py = str(BASELINE_PY)
+        py = str(venvs.python(system))
         script = str(BENCH / "baselines.py")
         enq = procs.spawn(f"{system}-enqueue", [py, script, "enqueue", system, srv.url, str(cfg.n)])
         if await asyncio.to_thread(enq.wait) != 0:
