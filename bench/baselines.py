@@ -1,6 +1,6 @@
 """The queue libraries, doing relay's job the way a Python team would write it with them.
 
-Runs in each library's own virtualenv (``bench/venvs.py``: arq needs redis<6, relay pins 8.1):
+Runs in each library's own virtualenv (``bench/queues.py``: arq needs redis<6, relay pins 8.1):
 
     python bench/baselines.py enqueue SYSTEM REDIS_URL N
     python bench/baselines.py work SYSTEM REDIS_URL RECEIVER_URL CONCURRENCY

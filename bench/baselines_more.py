@@ -1,6 +1,6 @@
 """taskiq, dramatiq and streaq: the same job as the arq and saq baselines (``baselines.py``).
 
-Each runs in its own virtualenv (``bench/venvs.py``) and is reached through
+Each runs in its own virtualenv (``bench/queues.py``) and is reached through
 ``python bench/baselines.py enqueue|work SYSTEM ...``. One worker process per library,
 64 sends in flight, everything else at the library's defaults:
 

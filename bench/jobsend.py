@@ -3,7 +3,7 @@
 It signs the same ~1 KiB body with ``relay.domain.signing`` and POSTs it through one
 aiohttp session shared by the worker process (connection limit = the concurrency),
 failing the job on a non-2xx answer. Imported inside the baselines' own virtualenvs
-(``bench/venvs.py``), so it needs nothing but aiohttp, orjson and relay's signing module.
+(``bench/queues.py``), so it needs nothing but aiohttp, orjson and relay's signing module.
 """
 
 from __future__ import annotations
