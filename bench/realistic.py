@@ -15,6 +15,8 @@ that saturates, whatever the publisher can do), then the worker starts; the
 request answered 200 (the last 2% hold the hung 1%'s retries, which wait out the
 timeout and the retry delay: a tail, not the sustained rate). Its ceiling is
 min(1000 / 0.1 s, drain1's CPU-bound rate of the same run) (``targets.slow_ceiling``).
+N is half the run's N (10,000; at least 3,000): two backlogs at 100 ms a request.
+``timeline`` keeps the 200s answered per second of the drain, to show stalls.
 **Latency**: with the worker idle again, open-loop publishing at ``--rate`` (500/s,
 the ``latency`` step's rate) for up to 10 s; per healthy request (first attempt,
 answered 200) publish-to-answer (the receiver's 200, 100 ms after the arrival) and
@@ -45,7 +47,7 @@ ENV = {
 
 
 async def _one(receiver: Receiver, cfg: Cfg, hang: bool) -> dict[str, Any]:
-    n = cfg.n
+    n = max(3000, cfg.n // 2)
     opts = {
         "delay_ms": DELAY_MS,
         "hang_pct": HANG_PCT if hang else 0,
@@ -72,6 +74,7 @@ async def _one(receiver: Receiver, cfg: Cfg, hang: bool) -> dict[str, Any]:
             "requests": st["count"],
             "hung": st["hung"],
             "cpu_ms": cpu,
+            "timeline": _timeline(oks, st["first"]),
         }
         await receiver.reset(**opts)
         seconds = min(cfg.seconds, 10.0)
@@ -93,6 +96,16 @@ async def _one(receiver: Receiver, cfg: Cfg, hang: bool) -> dict[str, Any]:
     }
 
 
+def _timeline(times: list[float], t0: float, cap_s: int = 300) -> list[int]:
+    """Arrivals per second from ``t0`` (the first ``cap_s`` seconds)."""
+    out = [0] * min(cap_s, int(times[-1] - t0) + 1 if times else 0)
+    for t in times:
+        i = int(t - t0)
+        if 0 <= i < len(out):
+            out[i] += 1
+    return out
+
+
 async def run(receiver: Receiver, cfg: Cfg) -> dict[str, Any]:
     return {
         "delay_ms": DELAY_MS,
@@ -111,7 +124,7 @@ def lines(res: dict[str, Any]) -> list[str]:
     rows = []
     for key, label in (("healthy", "every answer after 100 ms"), ("hang", "+ 1% hang past 2 s")):
         r = slow[key]
-        ceiling = slow_ceiling(res, r)
+        ceiling = slow_ceiling(res)
         ratio = r["sustained_per_s"] / ceiling if ceiling and r["sustained_per_s"] else None
         a, p = r["answered_ms"], r["receipt_ms"]
         rows.append(
@@ -140,8 +153,8 @@ def lines(res: dict[str, Any]) -> list[str]:
         "realistic receivers (step slow): 1 worker, RELAY_WORKER_CONCURRENCY="
         f"{slow['concurrency']}, RELAY_HTTP_TIMEOUT={slow['http_timeout_s']:g}s; sustained"
         " rate over the first 98% of a"
-        f" backlog of {slow['healthy']['n']:,}; ceiling min({slow['concurrency']}/0.1 s, drain1"
-        " rescaled by the paired limits); latency open-loop at "
+        f" backlog of {slow['healthy']['n']:,}; ceiling min({slow['concurrency']}/0.1 s, drain1's"
+        " CPU-bound rate); latency open-loop at "
         f"{slow['healthy']['latency_rate']:g}/s, healthy first attempts only:",
         *grid(head, rows),
     ]

@@ -62,7 +62,7 @@ STEPS = (
 # Throughput steps get a limit run of their own right before them: on a shared machine
 # the load from elsewhere drifts within minutes, and each ratio should see the same load.
 PAIRED = (
-    *("e2e1", "e2e2", "drain1", "drain2", "uvloop", "slow"),
+    *("e2e1", "e2e2", "drain1", "drain2", "uvloop"),
     *("saq", "arq", "taskiq", "dramatiq", "streaq"),
 )
 
