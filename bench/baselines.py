@@ -1,15 +1,17 @@
-"""arq and saq, doing relay's job the way a Python team would write it with them.
+"""The queue libraries, doing relay's job the way a Python team would write it with them.
 
-Runs in the baselines' own virtualenv (``bench/.venv``: arq needs redis<6, relay pins 8.1):
+Runs in each library's own virtualenv (``bench/queues.py``: arq needs redis<6, relay pins 8.1):
 
-    python bench/baselines.py enqueue {arq|saq} REDIS_URL N
-    python bench/baselines.py work {arq|saq} REDIS_URL RECEIVER_URL CONCURRENCY
+    python bench/baselines.py enqueue SYSTEM REDIS_URL N
+    python bench/baselines.py work SYSTEM REDIS_URL RECEIVER_URL CONCURRENCY
 
-A job is one webhook send: it signs the same ~1 KiB body with ``relay.domain.signing`` and
-POSTs it through one aiohttp session shared by the process (connection limit = the
-concurrency), failing the job on a non-2xx answer. Each library keeps its defaults
-(result retention, job timeouts, polling) apart from the concurrency: arq ``max_jobs``,
-saq ``concurrency``. ``work`` runs until SIGTERM.
+SYSTEM is arq or saq (here), taskiq, dramatiq or streaq (``bench/baselines_more.py``).
+A job is one webhook send (``bench/jobsend.py``): it signs the same ~1 KiB body with
+``relay.domain.signing`` and POSTs it through one aiohttp session shared by the process
+(connection limit = the concurrency), failing the job on a non-2xx answer. Each library
+keeps its defaults (result retention, job timeouts, polling) apart from the concurrency:
+arq ``max_jobs``, saq ``concurrency`` (the others: ``bench/baselines_more.py``). ``work``
+runs until SIGTERM.
 """
 
 from __future__ import annotations
@@ -23,29 +25,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # relay.domain.signing and bench.payloads, without installing relay
 
-import aiohttp  # noqa: E402
-
-from bench.payloads import SECRET, headers, signed_body  # noqa: E402
-from relay.domain import signing  # noqa: E402
+from bench.jobsend import send as _send  # noqa: E402
+from bench.jobsend import startup as _startup  # noqa: E402
 
 CHUNK = 500  # enqueue calls in flight at once
-
-
-async def _startup(ctx: dict[str, Any], url: str, concurrency: int) -> None:
-    ctx["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
-    ctx["url"] = url
-    ctx["body"] = signed_body()
-    ctx["key"] = [signing.secret_bytes(SECRET)]
-
-
-async def _send(ctx: dict[str, Any], event_id: str, agent: str) -> int:
-    body = ctx["body"]
-    hdrs = headers(ctx["key"], event_id, body, agent)
-    async with ctx["session"].post(ctx["url"], data=body, headers=hdrs) as resp:
-        await resp.read()
-        if not 200 <= resp.status < 300:
-            raise RuntimeError(f"webhook answered {resp.status}")
-        return resp.status
 
 
 # ---------------------------------------------------------------------------- arq
@@ -129,7 +112,11 @@ async def saq_work(redis_url: str, url: str, concurrency: int) -> None:
 
 def main(argv: list[str]) -> None:
     action, system, redis_url = argv[:3]
-    if action == "enqueue":
+    if system not in ("arq", "saq"):  # taskiq, dramatiq, streaq: each runs its own loop
+        from bench import baselines_more
+
+        baselines_more.main(action, system, redis_url, argv[3:])
+    elif action == "enqueue":
         started = time.time()
         fn = arq_enqueue if system == "arq" else saq_enqueue
         asyncio.run(fn(redis_url, int(argv[3])))

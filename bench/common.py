@@ -234,17 +234,16 @@ class RedisMeter:
 
     def snapshot(self) -> dict[str, Any]:
         info = self.client.info("all")
-        calls = {
-            k.removeprefix("cmdstat_"): v["calls"]
-            for k, v in info.items()
-            if k.startswith("cmdstat_")
-        }
+        stats = {k.removeprefix("cmdstat_"): v for k, v in info.items() if k.startswith("cmdstat_")}
         return {
-            "calls": calls,
+            "calls": {k: v["calls"] for k, v in stats.items()},
+            "usec": {k: v["usec"] for k, v in stats.items()},
             "reads": info["total_reads_processed"],
             "bytes_in": info["total_net_input_bytes"],
             "bytes_out": info["total_net_output_bytes"],
             "used_memory": info["used_memory"],
+            # the whole redis-server process (getrusage), main thread and any other
+            "cpu_s": info["used_cpu_sys"] + info["used_cpu_user"],
         }
 
     @staticmethod
@@ -252,7 +251,10 @@ class RedisMeter:
         """Commands and round trips between two snapshots, per ``per`` unit of work.
 
         The snapshot's own ``INFO`` is left out of the command counts; its read event
-        (one per snapshot) is subtracted from the round trips.
+        (one per snapshot) is subtracted from the round trips. Redis CPU: ``INFO cpu``
+        (user + system of the server process) and the sum of ``INFO commandstats`` usec,
+        in ms per unit. The usec sum counts a command run inside a script twice (on its own
+        line and within the EVALSHA that ran it), so ``script_usec`` is given apart.
         """
         calls = {
             k: v - before["calls"].get(k, 0)
@@ -261,7 +263,14 @@ class RedisMeter:
         }
         total = sum(calls.values())
         reads = after["reads"] - before["reads"] - 1
-        script_calls = sum(calls.get(k, 0) for k in ("evalsha", "eval", "fcall"))
+        scripts = ("evalsha", "eval", "fcall", "evalsha_ro", "eval_ro", "fcall_ro")
+        script_calls = sum(calls.get(k, 0) for k in scripts)
+        usec = {
+            k: v - before.get("usec", {}).get(k, 0)
+            for k, v in after.get("usec", {}).items()
+            if k != "info"
+        }
+        cpu_ms = (after.get("cpu_s", 0.0) - before.get("cpu_s", 0.0)) * 1000
         return {
             "units": per,
             "commands": total,
@@ -271,6 +280,9 @@ class RedisMeter:
             "script_calls_per_unit": round(script_calls / per, 3),
             "bytes_to_redis_per_unit": round((after["bytes_in"] - before["bytes_in"]) / per),
             "bytes_from_redis_per_unit": round((after["bytes_out"] - before["bytes_out"]) / per),
+            "redis_cpu_ms_per_unit": round(cpu_ms / per, 4),
+            "command_usec_ms_per_unit": round(sum(usec.values()) / 1000 / per, 4),
+            "script_usec_ms_per_unit": round(sum(usec.get(k, 0) for k in scripts) / 1000 / per, 4),
             "by_command": dict(sorted(calls.items(), key=lambda kv: -kv[1])),
         }
 

@@ -43,7 +43,7 @@ FILTERS = [
     'payload.customer.country == "NL"',
     "payload.amount < 10",
     'payload.currency == "GBP"',
-    'payload.items.all(i, i.qty > 5)',
+    "payload.items.all(i, i.qty > 5)",
     'event_type.startsWith("invoice.")',
     'payload.customer.country == "DE"',
 ]

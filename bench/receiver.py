@@ -7,8 +7,13 @@
   (``time.time()``, the same clock the publisher stamps into payloads).
 * ``POST /_reset``: zero the counters and set the mode: ``fail_pct`` (0..100, chosen by
   a CRC of ``webhook-id`` + ``x-relay-attempt``, so a retry of a failed request gets a
-  fresh draw), ``max_attempts`` (to count finished deliveries on the retry path) and
-  ``record`` (keep ``(webhook-id, arrival, payload t)`` per request, for latency).
+  fresh draw), ``max_attempts`` (to count finished deliveries on the retry path),
+  ``record`` (keep ``[webhook-id, arrival, payload t, attempt, answered]`` per request
+  answered 200, for latency), ``delay_ms`` (answer 200 only that long after arrival: a
+  realistic receiver) and ``hang_pct`` with ``hang_s`` (that share of requests, 0..100
+  and fractions of a percent, drawn like ``fail_pct`` but independently, is held
+  ``hang_s`` seconds: longer than the sender's timeout, so the sender gives up first;
+  such a request is counted in ``hung``, never in ``ok``).
 * ``GET /_stats`` and ``GET /_arrivals``: the counters, and the recorded arrivals.
 
 It does as little per request as it can, so that it is not what limits any system; the
@@ -43,7 +48,12 @@ class State:
         self.fail_pct = int(opts.get("fail_pct", 0))
         self.max_attempts = str(opts.get("max_attempts", ""))
         self.record = bool(opts.get("record", False))
-        self.arrivals: list[tuple[str, float, float | None]] = []
+        self.delay = float(opts.get("delay_ms", 0)) / 1000
+        self.hang_bp = round(float(opts.get("hang_pct", 0)) * 100)  # basis points
+        self.hang_s = float(opts.get("hang_s", 0))
+        self.hung = 0
+        self.ok_ids: set[str] = set()
+        self.arrivals: list[list[Any]] = []
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -52,6 +62,8 @@ class State:
             "ok": self.ok,
             "failed": self.failed,
             "finished": self.finished,
+            "hung": self.hung,
+            "ok_unique": len(self.ok_ids),
             "first": self.first,
             "last": self.last,
         }
@@ -69,18 +81,29 @@ def make_app() -> web.Application:
         st.last = now
         wid = request.headers.get("webhook-id", "")
         st.ids.add(wid)
+        attempt = request.headers.get("x-relay-attempt", "")
         if st.fail_pct:
-            attempt = request.headers.get("x-relay-attempt", "")
             if zlib.crc32(f"{wid}:{attempt}".encode()) % 100 < st.fail_pct:
                 st.failed += 1
                 if attempt == st.max_attempts:
                     st.finished += 1
                 return web.Response(status=500)
+        if st.hang_bp and zlib.crc32(f"hang:{wid}:{attempt}".encode()) % 10000 < st.hang_bp:
+            st.hung += 1
+            await asyncio.sleep(st.hang_s)  # the sender has timed out and gone by now
+            return web.Response(status=200)
         st.ok += 1
         st.finished += 1
+        st.ok_ids.add(wid)
+        rec: list[Any] | None = None
         if st.record:
             sent = orjson.loads(body).get("data", {}).get("t")
-            st.arrivals.append((wid, now, sent))
+            rec = [wid, now, sent, attempt, now]
+            st.arrivals.append(rec)
+        if st.delay:
+            await asyncio.sleep(st.delay)
+            if rec is not None:
+                rec[4] = time.time()  # answered: the sender has its 200 from here on
         return web.Response(status=200)
 
     async def reset(request: web.Request) -> web.Response:

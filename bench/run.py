@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import subprocess
+import dataclasses
+import importlib.util
 import sys
 import time
 import traceback
@@ -34,8 +34,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import ordered, report, scenarios
-from bench.common import BENCH, RESULTS, Procs, Receiver, machine
+from bench import convoy, fanout, ordered, queues, realistic, report, scenarios
+from bench.common import RESULTS, Procs, Receiver, machine
 from bench.scenarios import Cfg
 
 STEPS = (
@@ -44,10 +44,16 @@ STEPS = (
     "e2e2",
     "drain1",
     "drain2",
+    "uvloop",
     "saq",
     "arq",
+    "taskiq",
+    "dramatiq",
+    "streaq",
     "fanout",
     "latency",
+    "convoy",
+    "slow",
     "retry",
     "rtt2",
     "ordered",
@@ -55,7 +61,10 @@ STEPS = (
 )
 # Throughput steps get a limit run of their own right before them: on a shared machine
 # the load from elsewhere drifts within minutes, and each ratio should see the same load.
-PAIRED = ("e2e1", "e2e2", "drain1", "drain2", "saq", "arq")
+PAIRED = (
+    *("e2e1", "e2e2", "drain1", "drain2", "uvloop"),
+    *("saq", "arq", "taskiq", "dramatiq", "streaq"),
+)
 
 
 def loadavg() -> float | None:
@@ -65,44 +74,42 @@ def loadavg() -> float | None:
         return None
 
 
-def ensure_baselines() -> None:
-    """Make (or refresh) ``bench/.venv`` with arq and saq at the pinned versions."""
-    req = BENCH / "requirements-baselines.txt"
-    venv = BENCH / ".venv"
-    stamp = venv / ".requirements-sha256"
-    want = hashlib.sha256(req.read_bytes()).hexdigest()
-    if stamp.exists() and stamp.read_text() == want and (venv / "bin" / "python").exists():
-        return
-    print("bench: installing arq and saq into bench/.venv ...", file=sys.stderr, flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, "-r", str(req)], check=True)
-    stamp.write_text(want)
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = Cfg(args.n, args.concurrency, args.clients, args.rate, args.seconds, args.uvloop)
     wanted = set(args.only.split(",")) if args.only else set(STEPS)
     unknown = wanted - set(STEPS)
     if unknown:
         raise SystemExit(f"unknown steps {sorted(unknown)}; choose from {', '.join(STEPS)}")
-    if wanted & {"saq", "arq"}:
-        ensure_baselines()
+    for system in queues.SYSTEMS:
+        if system in wanted:
+            queues.ensure(system)
+    if "uvloop" in wanted and importlib.util.find_spec("uvloop") is None:
+        raise SystemExit("step uvloop needs uvloop: pip install -e '.[bench]' (make bench does)")
+    n = cfg.n
     res: dict[str, Any] = {}
     errors: dict[str, str] = {}
     t0 = time.monotonic()
     procs = Procs()
     receiver = Receiver(procs)
+    uv = dataclasses.replace(cfg, uvloop=True)
     steps: dict[str, tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = {
         "limit": ("limit", lambda: scenarios.limit(receiver, cfg)),
         "e2e1": ("relay_e2e_1", lambda: scenarios.relay_e2e(receiver, cfg, 1)),
         "e2e2": ("relay_e2e_2", lambda: scenarios.relay_e2e(receiver, cfg, 2)),
-        "drain1": ("relay_drain_1", lambda: scenarios.relay_drain(receiver, cfg, 1)),
+        # drain1 also scans memory per structure, pending and retained (bench/memory.py)
+        "drain1": ("relay_drain_1", lambda: scenarios.relay_drain(receiver, cfg, 1, 0.0, True)),
         "drain2": ("relay_drain_2", lambda: scenarios.relay_drain(receiver, cfg, 2)),
-        "saq": ("saq", lambda: scenarios.baseline(receiver, cfg, "saq")),
-        "arq": ("arq", lambda: scenarios.baseline(receiver, cfg, "arq")),
-        "fanout": ("fanout", lambda: scenarios.relay_fanout(receiver, cfg)),
+        "uvloop": ("relay_drain_1_uvloop", lambda: scenarios.relay_drain(receiver, uv, 1)),
+        **{
+            system: (system, lambda s=system: queues.baseline(receiver, n, cfg.concurrency, s))
+            for system in queues.SYSTEMS
+        },
+        "fanout": ("fanout", lambda: fanout.run(receiver, cfg)),
         "latency": ("latency", lambda: scenarios.relay_latency(receiver, cfg)),
+        # Convoy #2795's table: 50/s and 200/s open-loop, Redis at +0 and +2 ms RTT
+        "convoy": ("convoy", lambda: convoy.run(receiver, cfg)),
+        # realistic receivers: 100 ms answers, then also 1% hanging past the HTTP timeout
+        "slow": ("slow", lambda: realistic.run(receiver, cfg)),
         "retry": ("retry", lambda: scenarios.relay_retry(receiver, cfg)),
         # relay's Redis 2 ms of round trip away (bench/delay_proxy.py, 1 ms each way)
         "rtt2": ("relay_drain_1_rtt2", lambda: scenarios.relay_drain(receiver, cfg, 1, 1.0)),
@@ -148,7 +155,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "latency_seconds": cfg.seconds,
             "payload_bytes": 1024,
             "quick": args.quick,
-            "relay_on_uvloop": args.uvloop,
+            "relay_on_uvloop": args.uvloop,  # the uvloop step always is
             "redis_appendonly": "no",
             "command": "make bench" + (" (--quick)" if args.quick else ""),
         },

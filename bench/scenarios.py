@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import load
+from bench import load, memory
 from bench.common import (
     BENCH,
     HOST,
@@ -37,7 +37,6 @@ from relay.redisproc import RedisServer, free_port
 
 TOKEN = "bench-token"  # the API token of a throwaway API on loopback, not a credential
 SHARD = Keys("relay", 1).shard(0)
-BASELINE_PY = BENCH / ".venv" / "bin" / "python"
 
 
 @dataclass
@@ -232,17 +231,26 @@ async def relay_e2e(receiver: Receiver, cfg: Cfg, workers: int) -> dict[str, Any
 
 
 async def relay_drain(
-    receiver: Receiver, cfg: Cfg, workers: int, redis_delay_ms: float = 0.0
+    receiver: Receiver,
+    cfg: Cfg,
+    workers: int,
+    redis_delay_ms: float = 0.0,
+    structures: bool = False,
+    name: str = "",
 ) -> dict[str, Any]:
     """Publish N with no worker (ingest, memory per pending delivery), then start workers:
-    drain rate, Redis cost per delivery and memory per retained succeeded delivery.
-    ``redis_delay_ms``: relay talks to Redis through a proxy adding that much each way."""
-    name = f"drain{workers}" + (f"-rtt{2 * redis_delay_ms:g}" if redis_delay_ms else "")
+    drain rate, Redis cost (commands, round trips, CPU) per delivery and memory per
+    retained succeeded delivery. ``redis_delay_ms``: relay talks to Redis through a proxy
+    adding that much each way. ``structures``: also ``memory.scan`` pending and retained,
+    outside the drain window (the scans' own Redis CPU is not in the drain's)."""
+    name = name or f"drain{workers}" + (f"-rtt{2 * redis_delay_ms:g}" if redis_delay_ms else "")
     async with relay(receiver, name, cfg, redis_delay_ms=redis_delay_ms) as r:
         meter = RedisMeter(r.redis.url)
         try:
             s0 = meter.snapshot()
+            m0 = await memory.scan(r.redis.url) if structures else {}
             ingest = await _publish(r, receiver, cfg, cfg.n)
+            m1 = await memory.scan(r.redis.url) if structures else {}
             await receiver.reset()
             s1 = meter.snapshot()
             r.start_workers(workers)
@@ -251,11 +259,12 @@ async def relay_drain(
             await asyncio.sleep(0.5)  # the last group commit lands
             s2 = meter.snapshot()
             succeeded = meter.client.zcard(SHARD.succeeded)
+            m2 = await memory.scan(r.redis.url) if structures else {}
         finally:
             meter.close()
     if succeeded != cfg.n:
         raise RuntimeError(f"relay drain: {succeeded} succeeded of {cfg.n}")
-    return {
+    out = {
         **drain_rate(st),
         "cpu_ms": cpu,
         "ingest": ingest,
@@ -263,20 +272,13 @@ async def relay_drain(
         "memory_pending_bytes": round((s1["used_memory"] - s0["used_memory"]) / cfg.n),
         "memory_succeeded_bytes": round((s2["used_memory"] - s0["used_memory"]) / cfg.n),
     }
-
-
-async def relay_fanout(receiver: Receiver, cfg: Cfg, fanout: int = 10) -> dict[str, Any]:
-    """Ingest only: events to ``fanout`` endpoints each, one API process, no workers."""
-    events = max(500, cfg.n // 4)
-    async with relay(receiver, "fanout", cfg, endpoints=fanout) as r:
-        pub = await _publish(r, receiver, cfg, events)
-    if pub["deliveries"] != events * fanout:
-        raise RuntimeError(f"fan-out: {pub['deliveries']} deliveries for {events} events")
-    return {
-        **pub,
-        "deliveries_per_s": round(pub["deliveries"] / pub["seconds"], 1),
-        "fanout": fanout,
-    }
+    if structures:
+        out["memory_breakdown"] = {
+            "deliveries": cfg.n,
+            "pending": memory.breakdown(m0, m1, cfg.n),
+            "retained": memory.breakdown(m0, m2, cfg.n),
+        }
+    return out
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -311,7 +313,7 @@ async def relay_latency(receiver: Receiver, cfg: Cfg) -> dict[str, Any]:
         finally:
             meter.close()
         arrivals = await receiver.arrivals()
-    lat = [(at - t) * 1000 for _, at, t in arrivals if t is not None]
+    lat = [(a[1] - a[2]) * 1000 for a in arrivals if a[2] is not None]
     return {
         "rate": cfg.rate,
         "seconds": cfg.seconds,
@@ -363,34 +365,3 @@ async def relay_retry(receiver: Receiver, cfg: Cfg) -> dict[str, Any]:
         "redis": RedisMeter.delta(s1, s2, st["count"]),
         "cpu_ms": cpu,
     }
-
-
-# ---------------------------------------------------------------------------- arq, saq
-
-
-async def baseline(receiver: Receiver, cfg: Cfg, system: str) -> dict[str, Any]:
-    """Enqueue N jobs, then start one worker process; drain rate at the receiver."""
-    procs = Procs()
-    try:
-        srv = procs.fresh_redis(system)
-        py = str(BASELINE_PY)
-        script = str(BENCH / "baselines.py")
-        enq = procs.spawn(f"{system}-enqueue", [py, script, "enqueue", system, srv.url, str(cfg.n)])
-        if await asyncio.to_thread(enq.wait) != 0:
-            check_alive(enq, f"{system}-enqueue")
-        await receiver.reset()
-        meter = RedisMeter(srv.url)
-        try:
-            s1 = meter.snapshot()
-            argv = [py, script, "work", system, srv.url, receiver.url, str(cfg.concurrency)]
-            work = procs.spawn(f"{system}-worker", argv)
-            watch = [(work, f"{system}-worker")]
-            pids = {"worker0": work.pid, "redis": srv.pid or 0, "receiver": receiver.proc.pid}
-            st, cpu = await drain_with_cpu(receiver, cfg.n, _timeout(cfg.n) * 3, pids, watch)
-            await asyncio.sleep(0.5)
-            s2 = meter.snapshot()
-        finally:
-            meter.close()
-    finally:
-        procs.close()
-    return {**drain_rate(st), "cpu_ms": cpu, "redis": RedisMeter.delta(s1, s2, cfg.n)}
