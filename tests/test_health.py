@@ -127,6 +127,52 @@ async def test_refailing_after_reenable_starts_a_new_failing_streak(make_store: 
     assert (await health.settle(ep["id"], [("d", "1")])).failing_since == 0
 
 
+async def test_a_failure_sent_before_the_last_success_is_not_counted(make_store: Any) -> None:
+    store = await make_store(breaker_threshold=2)
+    health = Health(store)
+    ep = await add_endpoint(store, "http://127.0.0.1:9/")
+    before = await store.now_ms() - 1000
+    assert (await health.settle(ep["id"], [("ok", "1")])).state == "closed"
+    stale = [(f"s{i}", f"0@{before}") for i in range(5)]
+    got = await health.settle(ep["id"], stale)
+    assert (got.state, got.failures, got.failing_since) == ("closed", 0, 0)
+    after = await store.now_ms() + 1
+    got = await health.settle(ep["id"], [("n1", f"0@{after}"), ("n2", f"0@{after}")])
+    assert got.state == "open" and got.failures == 2  # sent after it: counted
+
+
+async def test_hung_requests_timing_out_after_the_successes_do_not_open_the_breaker(
+    make_store: Any, receiver: Any
+) -> None:
+    """1% of a receiver's requests hang past the timeout: their timeouts land together,
+    after the successes sent beside them, and read as consecutive failures.
+
+    Seen failing before settle.lua looked at when a failed request was sent: the five
+    timeouts opened the breaker (threshold 5) and their retries waited out its 30 s
+    cooldown (make bench's ``slow`` step: 0 deliveries a second for 30 s)."""
+    store = await make_store(breaker_threshold=5, http_timeout=0.5, retry_schedule=(0.05,))
+    arrived = itertools.count()
+
+    async def tail(_: web.Request) -> web.Response:
+        if next(arrived) < 5:
+            await asyncio.sleep(2.0)  # past the 0.5 s timeout
+        return web.Response(text="ok")
+
+    receiver.responses["/tail"] = tail
+    ep = await add_endpoint(store, receiver.url + "/tail")
+    delivered = [await publish(store, ep["id"]) for _ in range(60)]
+    async with running(store):
+        await receiver.wait_for(65, within=10, path="/tail")  # 60, and the 5 retried
+        await until(lambda: all_succeeded(store, delivered))
+    breaker = await store.redis.hgetall(store.keys.endpoint_state(ep["id"]).breaker)
+    assert breaker.get("state") == "closed" and "opened" not in breaker, breaker
+
+
+async def all_succeeded(store: Store, delivery_ids: list[str]) -> bool:
+    rows = [await row(store, d) for d in delivery_ids]
+    return all(r["status"] == "succeeded" for r in rows)
+
+
 # ---------------------------------------------------------------------- pacing
 
 

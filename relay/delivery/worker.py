@@ -188,7 +188,10 @@ class Worker:
             f,
         )
         try:
+            sent_ms = int(time.time() * 1000)
             outcome, verdict = await self._attempter.attempt(c, endpoint)
+            if verdict == "0":  # settle.lua: a failure sent before a success is not counted
+                verdict = f"0@{sent_ms}"
             f.recording = True
             deadline = lambda: f.lease_until - self._margin  # noqa: E731
             record = self._recorder.submit(f.sk, outcome, deadline)

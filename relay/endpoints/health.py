@@ -110,7 +110,8 @@ class Health:
         return got.state, got.waits
 
     async def settle(self, endpoint_id: str, results: Sequence[tuple[str, str]]) -> Settled:
-        """``results``: (claim token, "1" success | "0" failure | "-" neutral)."""
+        """``results``: (claim token, "1" success | "0" failure, or "0@<sent ms>" |
+        "-" neutral)."""
         return await self.store.settle(
             endpoint_id,
             results,

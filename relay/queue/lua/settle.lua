@@ -1,7 +1,11 @@
 -- settle.lua: record the results of sends to one endpoint in its breaker, free their slots.
 --
 -- Consecutive failures are counted here, atomically, for all workers together: the
--- breaker opens on exactly the threshold-th consecutive failure. A failed half-open probe
+-- breaker opens on exactly the threshold-th consecutive failure. Consecutive in the order
+-- the requests were sent: a failure that carries its send time ("0@<ms>") and was sent
+-- before the endpoint's last success is not counted while the breaker is closed (the
+-- endpoint answered after it was sent): the timeouts of a few hung requests, landing
+-- together after the successes sent beside them, are no outage. A failed half-open probe
 -- reopens it with a longer cooldown (doubling, capped); a success closes it.
 --
 -- Called by Store.settle (relay/queue/endpoints.py).
@@ -10,7 +14,8 @@
 -- KEYS[3] ops outbox (list)  EndpointKeys.ops
 -- ARGV[1] threshold   ARGV[2] base cooldown, ms   ARGV[3] max cooldown, ms
 -- ARGV[4] n, the number of results
--- ARGV[5..4+2n] per result, two values: claim token, "1" success / "0" failure / "-" neutral
+-- ARGV[5..4+2n] per result, two values: claim token, "1" success / "0" failure (or
+--           "0@<ms>": a failure and when its request was sent, worker clock) / "-" neutral
 --           (neutral: no verdict on the endpoint's health, e.g. 429 pacing)
 -- ARGV[5+2n] ops entry id (fresh per call)   ARGV[6+2n] endpoint id
 --
@@ -38,9 +43,18 @@ end
 for i = 1, n do
   local token = ARGV[3 + 2 * i]
   local verdict = ARGV[4 + 2 * i]
+  local sent = nil
+  if string.sub(verdict, 1, 2) == "0@" then
+    sent = tonumber(string.sub(verdict, 3))
+    verdict = "0"
+  end
   redis.call("ZREM", KEYS[2], token)
   local state = redis.call("HGET", b, "state") or "closed"
   local is_probe = redis.call("HGET", b, "probe") == token
+  if verdict == "0" and sent and state == "closed" and not is_probe
+      and tonumber(redis.call("HGET", b, "last_success_at") or "0") > sent then
+    verdict = "-"  -- sent before the last success: no verdict on the endpoint's health
+  end
   if verdict == "1" then
     if state ~= "closed" then
       ops_event("endpoint.recovered", {opened_at = tonumber(redis.call("HGET", b, "opened_at"))})
