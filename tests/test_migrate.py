@@ -132,3 +132,41 @@ async def test_migrate_moves_everything_and_the_v2_code_reads_it_as_v1_did(
     assert (swept.deliveries, swept.events) == (len(DATA["deliveries"]), len(DATA["events"]))
     for event_id in DATA["events"]:
         assert await store.get_event(event_id) is None
+
+
+async def test_migrate_on_a_redis_cluster_scans_every_primary(cluster_store: Any) -> None:
+    """The fixture's keys under shards {s0}..{s2} and {cfg}: on three primaries."""
+    store: Store = await cluster_store(key_prefix="m" + uuid.uuid4().hex[:8], shards=3)
+    spread = [row for row in DATA["keys"] if ":{s0}:" in row["key"] or ":{cfg}:" in row["key"]]
+    for n, row in enumerate(spread):  # the same records, spread over the three shards
+        shard = f"{{s{n % 3}}}" if ":{s0}:" in row["key"] else "{cfg}"
+        rest = row["key"].split(":v1:", 1)[1].split(":", 1)[1]
+        key = f"{store.settings.key_prefix}:v1:{shard}:{rest}"
+        if row["type"] == "hash":
+            await store.redis.hset(key, mapping=row["value"])
+        elif row["type"] == "list":
+            await store.redis.rpush(key, *row["value"])
+        elif row["type"] == "zset":
+            await store.redis.zadd(key, dict((m, s) for m, s in row["value"]))
+        elif row["type"] == "set":
+            await store.redis.sadd(key, *row["value"])
+        else:
+            await store.redis.set(key, row["value"])
+    done = await store.migrate()
+    assert done.keys == len(spread) and done.already == 0
+    nodes = store.redis.get_primaries()
+    left = 0
+    for node in nodes:
+        pattern = f"{store.settings.key_prefix}:v1:*"
+        cursor, found = 0, []
+        while True:
+            reply = await store.redis.execute_command(
+                "SCAN", cursor, "MATCH", pattern, "COUNT", 1000, target_nodes=node
+            )
+            cursor, batch = reply
+            cursor = next(iter(cursor.values())) if isinstance(cursor, dict) else cursor
+            found += batch
+            if int(cursor) == 0:
+                break
+        left += len(found)
+    assert left == 0 and len(nodes) == 3

@@ -62,9 +62,12 @@ class Migration(StoreBase):
             while True:
                 args = ("SCAN", cursor, "MATCH", pattern, "COUNT", count)
                 if node is None:
-                    cursor, batch = await self.redis.execute_command(*args)
+                    reply = await self.redis.execute_command(*args)
                 else:
-                    cursor, batch = await self.redis.execute_command(*args, target_nodes=node)
+                    reply = await self.redis.execute_command(*args, target_nodes=node)
+                cursor, batch = reply
+                if isinstance(cursor, dict):  # redis-py's cluster SCAN: {node name: cursor}
+                    (cursor,) = cursor.values()
                 if batch:
                     yield list(batch)
                 if int(cursor) == 0:
