@@ -238,7 +238,8 @@ class Round:
     async def _events(self, store: Store) -> dict[str, str]:
         """event id -> row marker, for every event in Redis."""
         sk = store.keys.shard(0)
-        event_ids = await store.redis.zrange(sk.events, 0, -1)
+        prefix = sk.event_prefix  # layout v2 keeps no events index: the keys are the events
+        event_ids = [k[len(prefix) :] async for k in store.redis.scan_iter(match=prefix + "*")]
         pipe = store.redis.pipeline(transaction=False)
         for e in event_ids:
             pipe.get(sk.event(e))

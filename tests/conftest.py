@@ -261,7 +261,27 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"redis-server: {binary or 'not found'}; docker: {shutil.which('docker') or 'no'}"
 
 
-__all__ = ["Path", "Receiver", "RedisHandle", "make_settings"]
+__all__ = ["Path", "Receiver", "RedisHandle", "event_ids", "make_settings"]
+
+
+async def event_ids(store: Store, shard: int | None = None) -> list[str]:
+    """The ids of the events kept in Redis that have deliveries (one shard, or all).
+    Layout v2 keeps no index of events (v1's was written and never read), so they are
+    read off the deliveries index: no SCAN of the session's shared keyspace."""
+    shards = store.keys.all_shards() if shard is None else [store.keys.shard(shard)]
+    found: set[str] = set()
+    for sk in shards:
+        delivery_ids = await store.redis.zrange(sk.deliveries, 0, -1)
+        async with store.redis.pipeline(transaction=False) as pipe:
+            for d in delivery_ids:
+                pipe.hget(sk.delivery(d), "event_id")
+            events = {e for e in await pipe.execute() if e}
+        async with store.redis.pipeline(transaction=False) as pipe:
+            for e in sorted(events):
+                pipe.exists(sk.event(e))
+            kept = await pipe.execute()
+        found |= {e for e, k in zip(sorted(events), kept, strict=True) if k}
+    return sorted(found)
 
 
 @dataclass

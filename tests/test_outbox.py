@@ -28,7 +28,7 @@ import orjson
 import psycopg
 import pytest
 from click.testing import CliRunner
-from conftest import Receiver, make_settings
+from conftest import Receiver, event_ids, make_settings
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -108,9 +108,9 @@ async def event_rows(store: Store) -> collections.Counter[str]:
     seen: collections.Counter[str] = collections.Counter()
     for n in range(store.settings.shards):
         sk = store.keys.shard(n)
-        event_ids = await store.redis.zrange(sk.events, 0, -1)
+        kept = await event_ids(store, n)
         pipe = store.redis.pipeline(transaction=False)
-        for e in event_ids:
+        for e in kept:
             pipe.get(sk.event(e))
         for raw in await pipe.execute():
             seen[orjson.loads(eventrecord.unpack(raw)[1])["data"]["row"]] += 1

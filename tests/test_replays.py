@@ -82,7 +82,6 @@ async def seed(
             pipe.zadd(sk.dead if status == "dead" else sk.succeeded, {dlv: at})
             pipe.zadd(sk.deliveries, {dlv: at})
             pipe.zadd(sk.endpoint_index(ep), {dlv: at})
-            pipe.zadd(sk.events, {event_id: at})
             made.append(dlv)
             if i % 2000 == 1999:
                 await pipe.execute()

@@ -17,7 +17,7 @@ import fakeredis
 import orjson
 import pytest
 import structlog
-from conftest import make_settings
+from conftest import event_ids, make_settings
 
 from relay.delivery.worker import Worker
 from relay.domain import ids, signing
@@ -177,14 +177,14 @@ async def test_event_removed_only_with_its_last_delivery(st: Store) -> None:
     got = await retention.expire(succeeded_before=FAR, dead_before=FAR)
     assert (got.deliveries, got.events) == (2, 0)
     assert await st.get_event(event_id) is not None  # c is still pending
-    assert await st.redis.zscore(sk.events, event_id) is not None
+    assert await st.redis.exists(sk.event(event_id))
     assert await st.redis.exists(sk.event(event_id))
 
     await finish(st, {c: "succeeded"})
     got = await retention.expire(succeeded_before=FAR)
     assert (got.deliveries, got.events) == (1, 1)
     assert await st.get_event(event_id) is None
-    assert await st.redis.zscore(sk.events, event_id) is None
+    assert not await st.redis.exists(sk.event(event_id))
 
 
 async def test_event_is_removed_with_its_last_delivery_only(st: Store) -> None:
@@ -210,7 +210,7 @@ async def test_event_whose_deliveries_go_in_one_call_is_removed_once(st: Store) 
 
     assert (got.deliveries, got.events) == (3, 1)
     assert await st.get_event(event_id) is None
-    assert await st.redis.zcard(st.keys.shard(0).events) == 0
+    assert await event_ids(st, 0) == []
 
 
 async def test_replayed_delivery_is_not_expired(st: Store) -> None:
@@ -246,7 +246,7 @@ async def test_event_without_deliveries_is_not_indexed_and_expires_by_itself(st:
     sk = st.keys.shard(0)
     assert dlv == []
     assert await st.get_event(event_id) is not None
-    assert await st.redis.zscore(sk.events, event_id) is None
+    assert await st.redis.exists(sk.event(event_id)) and await event_ids(st, 0) == []
     ttl = await st.redis.pttl(sk.event(event_id))
     assert 0 < ttl <= st.settings.retention * 1000
 
@@ -281,9 +281,9 @@ async def test_concurrent_sweepers_remove_each_delivery_once(make_store: Any) ->
     assert sum(r.deliveries for r in results) == len(made)
     assert sum(r.events for r in results) == len(events)
     sk = st.keys.shard(0)
-    for key in (sk.succeeded, sk.deliveries, sk.events, sk.endpoint_index(ep)):
+    for key in (sk.succeeded, sk.deliveries, sk.endpoint_index(ep)):
         assert await st.redis.zcard(key) == 0
-    assert len(await keys_of(st)) == before_count - 2 * len(made) - len(events) - 4
+    assert len(await keys_of(st)) == before_count - 2 * len(made) - len(events) - 3
 
 
 @pytest.mark.realredis
@@ -345,7 +345,6 @@ async def index_sizes(store: Store, endpoint_id: str) -> dict[str, int]:
         "succeeded": sk.succeeded,
         "dead": sk.dead,
         "deliveries": sk.deliveries,
-        "events": sk.events,
         "ep": sk.endpoint_index(endpoint_id),
         "held": sk.held(endpoint_id),
     }

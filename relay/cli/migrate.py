@@ -39,6 +39,8 @@ def migrate(dry_run: bool, as_json: bool) -> None:
         rows = [[kind, n] for kind, n in sorted(done.by_kind.items())]
         if rows:
             print_rows(rows, ["kind", "keys"])
+        if done.dropped:
+            click.echo(f"{done.dropped} of them deleted: v1's events index, which {LAYOUT} has not")
         if done.already:
             click.echo(f"{done.already} were under {LAYOUT} already (an earlier run)")
 

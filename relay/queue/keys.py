@@ -22,7 +22,6 @@ key                                        type    holds
 ``relay:v2:{s0}:dead``                     zset    dead delivery ids, score = time of death
 ``relay:v2:{s0}:held``                     zset    held delivery ids, score = when held
 ``relay:v2:{s0}:deliveries``               zset    every delivery id, score = created (ms)
-``relay:v2:{s0}:events``                   zset    events with deliveries, score = created (ms)
 ``relay:v2:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
 ``relay:v2:{s0}:held:<endpoint_id>``       zset    held delivery ids of that endpoint (for resume)
 ``relay:v2:{s0}:lane:<lane>``              list    an ordered lane's delivery ids, head first
@@ -64,7 +63,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The layout version, in every key. v2 (issue 17): an event is one string, a header line
-# and its body (relay/domain/eventrecord.py), not a hash. ``relay migrate`` moves a
+# and its body (relay/domain/eventrecord.py), not a hash, and v1's events index (written,
+# never read) is gone. ``relay migrate`` moves a
 # Redis written by v1 to v2 (relay/queue/migrate.py).
 LAYOUT = "v2"
 
@@ -100,10 +100,6 @@ class ShardKeys:
     @property
     def deliveries(self) -> str:
         return self.base + "deliveries"
-
-    @property
-    def events(self) -> str:
-        return self.base + "events"
 
     @property
     def stats(self) -> str:

@@ -3,8 +3,9 @@
 Layout v1 -> v2 (issue 17): every key keeps its name but for the layout version
 (``relay:v1:{s0}:dlv:...`` becomes ``relay:v2:{s0}:dlv:...``: the same hash tag, so the
 same cluster slot), and an event hash becomes the one string of
-:mod:`relay.domain.eventrecord`. Every other key is copied as it is (``DUMP`` then
-``RESTORE`` with its TTL), then the v1 key is deleted.
+:mod:`relay.domain.eventrecord`; v1's ``events`` index (written, never read) is
+deleted. Every other key is copied as it is (``DUMP`` then ``RESTORE`` with its TTL),
+then the v1 key is deleted.
 
 Key by key, each copied before its v1 key goes, and idempotent: a run cut short is run
 again, and a key already under v2 is not written twice (the copy is skipped, the v1 key
@@ -27,6 +28,7 @@ from relay.queue.base import StoreBase
 from relay.queue.keys import LAYOUT, Keys
 
 OLD = "v1"
+DROPPED = {"events"}  # v1's events index: written, never read; v2 keeps none
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Migrated:
     keys: int = 0  # v1 keys moved to v2
     events: int = 0  # of which event hashes rewritten as one string
     already: int = 0  # v1 keys whose v2 key was there already (an earlier, cut run)
+    dropped: int = 0  # v1 keys v2 has no use for (the events index), deleted
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
@@ -47,7 +50,7 @@ class Migration(StoreBase):
         old = self._old()
         probes = [old.endpoints, old.event_types, old.api_keys, old.replay_jobs]
         for sk in old.all_shards():
-            probes += [sk.deliveries, sk.events, sk.due, sk.processing]
+            probes += [sk.deliveries, sk.due, sk.processing]
         for key in probes:
             if await self.redis.exists(key):
                 return True
@@ -87,6 +90,10 @@ class Migration(StoreBase):
                 done.by_kind[kind] = done.by_kind.get(kind, 0) + 1
                 if dry_run:
                     done.keys += 1
+                    continue
+                if kind in DROPPED:
+                    done.keys += await self.redis.delete(key)
+                    done.dropped += 1
                     continue
                 target = new_root + key[len(old_root) :]
                 moved = await self._move(key, target, event=kind == "evt")

@@ -9,7 +9,7 @@
 -- either. Called by Store.expire_shard (relay/queue/transitions.py).
 --
 -- KEYS[1] succeeded (zset, score = finish time)   KEYS[2] dead (zset, score = time of death)
--- KEYS[3] deliveries index (zset)                  KEYS[4] events index (zset)
+-- KEYS[3] deliveries index (zset)
 -- ARGV[1] delivery key prefix        ShardKeys.delivery_prefix        (relay:v2:{s0}:dlv:)
 -- ARGV[2] attempt log prefix         ShardKeys.log_prefix             (relay:v2:{s0}:log:)
 -- ARGV[3] event key prefix           ShardKeys.event_prefix           (relay:v2:{s0}:evt:)
@@ -19,7 +19,7 @@
 -- ARGV[5] succeeded cutoff, ms: succeeded deliveries finished at or before it go ("-1": none)
 -- ARGV[6] dead cutoff, ms: dead deliveries that died at or before it go ("-1": none)
 -- ARGV[7] most deliveries to remove in this call
--- KEYS[5] due (zset)   KEYS[6] queued index (zset)   KEYS[7] blocked lanes (zset)
+-- KEYS[4] due (zset)   KEYS[5] queued index (zset)   KEYS[6] blocked lanes (zset)
 -- ARGV[8] lane key prefix (ShardKeys.lane_prefix)   ARGV[9] wake channel (ShardKeys.wake)
 --
 -- Ordered lanes: a delivery waiting in a lane is never expired (it is queued, in no
@@ -41,15 +41,15 @@ local function lane_next(lane, id)
   local lkey = lane_prefix .. lane
   if redis.call("LINDEX", lkey, 0) ~= id then return end
   redis.call("LPOP", lkey)
-  redis.call("ZREM", KEYS[7], lane)
+  redis.call("ZREM", KEYS[6], lane)
   local nxt = redis.call("LINDEX", lkey, 0)
   if nxt then
     local t = redis.call("TIME")
     local now = t[1] * 1000 + math.floor(t[2] / 1000)
     redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "next_attempt_at", now,
       "updated_at", now)
-    redis.call("ZREM", KEYS[6], nxt)
-    redis.call("ZADD", KEYS[5], now, nxt)
+    redis.call("ZREM", KEYS[5], nxt)
+    redis.call("ZADD", KEYS[4], now, nxt)
     promoted = true
   end
 end
@@ -121,7 +121,6 @@ local function sweep(zkey, cutoff)
   for endpoint_id, list in pairs(by_endpoint) do
     zrem_chunks(ep_prefix .. endpoint_id, list)
   end
-  if #gone_events > 0 then zrem_chunks(KEYS[4], gone_events) end
   removed = removed + #ids
   events = events + #gone_events
 end

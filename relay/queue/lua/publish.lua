@@ -4,11 +4,11 @@
 -- KEYS[1]  idempotency key (string)    ShardKeys.idempotency(app, key); only touched when
 --          ARGV[1] == "1" (without an Idempotency-Key the event key again, untouched)
 -- KEYS[2]  event (string)              ShardKeys.event(event_id)
--- KEYS[3]  events index (zset)         ShardKeys.events
--- KEYS[4]  due queue (zset)            ShardKeys.due
--- KEYS[5]  deliveries index (zset)     ShardKeys.deliveries
--- KEYS[6..5+2n] per delivery, two keys: ShardKeys.delivery(id), ShardKeys.endpoint_index(ep)
--- KEYS[6+2n] queued index (zset)      ShardKeys.queued (ordered lanes: waiting behind a head)
+-- KEYS[3]  due queue (zset)            ShardKeys.due
+-- KEYS[4]  deliveries index (zset)     ShardKeys.deliveries
+-- KEYS[5..4+2n] per delivery, two keys: ShardKeys.delivery(id), ShardKeys.endpoint_index(ep)
+-- KEYS[5+2n] queued index (zset)      ShardKeys.queued (ordered lanes: waiting behind a head)
+-- (Layout v1's events index is gone: nothing read it; the event key is the event.)
 --
 -- ARGV[1]  "1" when an Idempotency-Key guards this publish
 -- ARGV[2]  idempotency value (JSON: body hash + first answer)
@@ -52,19 +52,18 @@ local created = ARGV[8]
 local n = tonumber(ARGV[13])
 if n > 0 then
   redis.call("SET", KEYS[2], ARGV[7])
-  redis.call("ZADD", KEYS[3], created, ARGV[4])
-else -- no delivery will ever expire it, so it carries its own TTL and stays out of the index
+else -- no delivery will ever expire it, so it carries its own TTL
   redis.call("SET", KEYS[2], ARGV[7], "PX", ARGV[12])
 end
 
 -- Wake sleeping workers only when nothing was due yet: a busy queue is being drained.
-local head = redis.call("ZRANGE", KEYS[4], 0, 0, "WITHSCORES")
+local head = redis.call("ZRANGE", KEYS[3], 0, 0, "WITHSCORES")
 local wake = (head[2] == nil) or (tonumber(head[2]) > now)
 
 local lane_prefix = ARGV[14 + 2 * n]
 for i = 1, n do
-  local dkey = KEYS[4 + 2 * i]
-  local ekey = KEYS[5 + 2 * i]
+  local dkey = KEYS[3 + 2 * i]
+  local ekey = KEYS[4 + 2 * i]
   local did = ARGV[12 + 2 * i]
   local eid = ARGV[13 + 2 * i]
   local lane = lane_prefix ~= "" and ARGV[13 + 2 * n + 2 * i] or ""
@@ -78,12 +77,12 @@ for i = 1, n do
     "max_attempts", ARGV[9], "created_at", created, "updated_at", now,
     "next_attempt_at", now, "log_n", 0)
   if head then
-    redis.call("ZADD", KEYS[4], now, did)
+    redis.call("ZADD", KEYS[3], now, did)
   else
     redis.call("HDEL", dkey, "next_attempt_at")
-    redis.call("ZADD", KEYS[6 + 2 * n], created, did)
+    redis.call("ZADD", KEYS[5 + 2 * n], created, did)
   end
-  redis.call("ZADD", KEYS[5], created, did)
+  redis.call("ZADD", KEYS[4], created, did)
   redis.call("ZADD", ekey, created, did)
 end
 if wake and n > 0 then
