@@ -77,14 +77,7 @@ async def replay(request: web.Request) -> web.Response:
     result = (await request.app[STORE].replay([delivery_id]))[delivery_id]
     if result == "ok":
         return json({"id": delivery_id, "status": "pending"}, status=202)
-    if result == "":
-        raise ApiError(404, "not_found", f"delivery {delivery_id} does not exist")
-    raise ApiError(
-        409,
-        "delivery_not_replayable",
-        f"delivery {delivery_id} is {result}; only dead or succeeded can be replayed",
-        current_status=result,
-    )
+    raise _refused(delivery_id, result, "replayable", "only dead or succeeded can be replayed")
 
 
 @route(
@@ -100,13 +93,18 @@ async def discard(request: web.Request) -> web.Response:
         d = await request.app[STORE].get_delivery(delivery_id, with_log=False)
         at = d.get("discarded_at") if d else None
         return json({"id": delivery_id, "status": "dead", "discarded_at": at}, status=202)
-    if result == "":
-        raise ApiError(404, "not_found", f"delivery {delivery_id} does not exist")
-    raise ApiError(
+    raise _refused(delivery_id, result, "discardable", "only dead deliveries can be discarded")
+
+
+def _refused(delivery_id: str, status: str, what: str, rule: str) -> ApiError:
+    """A per-id script's refusal: "" (no such delivery) is 404, any other status 409."""
+    if status == "":
+        return ApiError(404, "not_found", f"delivery {delivery_id} does not exist")
+    return ApiError(
         409,
-        "delivery_not_discardable",
-        f"delivery {delivery_id} is {result}; only dead deliveries can be discarded",
-        current_status=result,
+        f"delivery_not_{what}",
+        f"delivery {delivery_id} is {status}; {rule}",
+        current_status=status,
     )
 
 
