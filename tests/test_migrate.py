@@ -33,25 +33,29 @@ DATA = orjson.loads(FIXTURE.read_bytes())
 FAR = 10**15
 
 
+def _put(pipe: Any, key: str, row: dict[str, Any]) -> None:
+    """Queue the writes that recreate one dumped key (``row``) as ``key``."""
+    kind, value = row["type"], row["value"]
+    if kind == "string":
+        pipe.set(key, value)
+    elif kind == "hash":
+        pipe.hset(key, mapping=value)
+    elif kind == "list":
+        pipe.rpush(key, *value)
+    elif kind == "set":
+        pipe.sadd(key, *value)
+    else:
+        pipe.zadd(key, dict((m, s) for m, s in value))
+    if row["pttl"] > 0:
+        pipe.pexpire(key, row["pttl"])
+
+
 async def _load(store: Store) -> None:
     """The fixture's keys, under this store's prefix (values name no key)."""
     old = DATA["prefix"] + ":"
     async with store.redis.pipeline(transaction=False) as pipe:
         for row in DATA["keys"]:
-            key = store.settings.key_prefix + ":" + row["key"][len(old) :]
-            kind, value = row["type"], row["value"]
-            if kind == "string":
-                pipe.set(key, value)
-            elif kind == "hash":
-                pipe.hset(key, mapping=value)
-            elif kind == "list":
-                pipe.rpush(key, *value)
-            elif kind == "set":
-                pipe.sadd(key, *value)
-            else:
-                pipe.zadd(key, dict((m, s) for m, s in value))
-            if row["pttl"] > 0:
-                pipe.pexpire(key, row["pttl"])
+            _put(pipe, store.settings.key_prefix + ":" + row["key"][len(old) :], row)
         await pipe.execute()
 
 
@@ -145,16 +149,9 @@ async def test_migrate_on_a_redis_cluster_scans_every_primary(cluster_store: Any
         shard = f"{{s{n % 3}}}" if ":{s0}:" in row["key"] else "{cfg}"
         rest = row["key"].split(":v1:", 1)[1].split(":", 1)[1]
         key = f"{store.settings.key_prefix}:v1:{shard}:{rest}"
-        if row["type"] == "hash":
-            await store.redis.hset(key, mapping=row["value"])
-        elif row["type"] == "list":
-            await store.redis.rpush(key, *row["value"])
-        elif row["type"] == "zset":
-            await store.redis.zadd(key, dict((m, s) for m, s in row["value"]))
-        elif row["type"] == "set":
-            await store.redis.sadd(key, *row["value"])
-        else:
-            await store.redis.set(key, row["value"])
+        async with store.redis.pipeline(transaction=False) as pipe:  # one slot per key
+            _put(pipe, key, row)
+            await pipe.execute()
     done = await store.migrate()
     assert done.keys == len(spread) and done.already == 0
     nodes = store.redis.get_primaries()

@@ -51,10 +51,10 @@ class Migration(StoreBase):
         probes = [old.endpoints, old.event_types, old.api_keys, old.replay_jobs]
         for sk in old.all_shards():
             probes += [sk.deliveries, sk.due, sk.processing]
-        for key in probes:
-            if await self.redis.exists(key):
-                return True
-        return False
+        async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
+            for key in probes:
+                pipe.exists(key)
+            return any(await pipe.execute())
 
     async def _scan(self, pattern: str, count: int) -> AsyncIterator[list[str]]:
         nodes: list[Any] = (
