@@ -87,9 +87,28 @@ def breakdown(
     return rows
 
 
+# The steps whose memory is broken down, and what their payloads were (bench/payloads.py)
+BROKEN_DOWN = (
+    ("relay_drain_1", "drain1"),
+    ("relay_drain_1_random", "step random: payloads of random bytes, base64'd"),
+)
+
+
 def lines(res: dict[str, Any]) -> list[str]:
-    """The drain1 breakdown, pending and retained side by side (empty when not run)."""
-    d1 = res.get("relay_drain_1") or {}
+    """Each breakdown (drain1, and the random-payload step), pending and retained side by
+    side (empty when neither ran)."""
+    out: list[str] = []
+    for key, label in BROKEN_DOWN:
+        if key == "relay_drain_1":
+            label += f", payload {res.get('meta', {}).get('config', {}).get('payload', 'order')}"
+        block = _lines(res.get(key) or {}, label)
+        if block and out:
+            out.append("")
+        out += block
+    return out
+
+
+def _lines(d1: dict[str, Any], label: str) -> list[str]:
     mb = d1.get("memory_breakdown")
     if not mb:
         return []
@@ -126,7 +145,7 @@ def lines(res: dict[str, Any]) -> list[str]:
     )
     head = ["key pattern", "type", "keys pending", "B/dlv", "keys retained", "B/dlv"]
     return [
-        f"relay memory per delivery by structure (drain1, N={n:,}, 1 KiB payload; "
+        f"relay memory per delivery by structure ({label}; N={n:,}, 1 KiB payload; "
         "MEMORY USAGE key SAMPLES 0 summed per pattern, minus the keys before publishing):",
         *grid(head, rows),
     ]

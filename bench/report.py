@@ -183,14 +183,17 @@ def _other(res: dict[str, Any]) -> list[str]:
                 f"{lat['publish_answer_ms']['p99']:.1f} ms",
             ]
         )
-    if d1:
-        more.append(
-            [
-                "relay: memory per delivery",
-                f"{d1['memory_pending_bytes']:,} B pending",
-                f"{d1['memory_succeeded_bytes']:,} B retained succeeded (1 KiB payload)",
-            ]
-        )
+    kind = res.get("meta", {}).get("config", {}).get("payload", "order")
+    for step, what in (("relay_drain_1", kind), ("relay_drain_1_random", "random")):
+        got = res.get(step)
+        if got:
+            more.append(
+                [
+                    f"relay: memory per delivery ({what})",
+                    f"{got['memory_pending_bytes']:,} B pending",
+                    f"{got['memory_succeeded_bytes']:,} B retained succeeded (1 KiB, {what})",
+                ]
+            )
     uv = res.get("relay_drain_1_uvloop")
     if uv and d1:
         model = div(capacity(res, "relay_drain_1_uvloop"), capacity(res, "relay_drain_1"))

@@ -34,7 +34,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import convoy, fanout, ordered, queues, realistic, report, scenarios
+from bench import convoy, fanout, ordered, payloads, queues, realistic, report, scenarios
 from bench.common import RESULTS, Procs, Receiver, machine
 from bench.scenarios import Cfg
 
@@ -43,6 +43,7 @@ STEPS = (
     "e2e1",
     "e2e2",
     "drain1",
+    "random",
     "drain2",
     "uvloop",
     "saq",
@@ -98,6 +99,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "e2e2": ("relay_e2e_2", lambda: scenarios.relay_e2e(receiver, cfg, 2)),
         # drain1 also scans memory per structure, pending and retained (bench/memory.py)
         "drain1": ("relay_drain_1", lambda: scenarios.relay_drain(receiver, cfg, 1, 0.0, True)),
+        # drain1's memory figures again with payloads deflate barely shrinks (random bytes)
+        "random": ("relay_drain_1_random", lambda: scenarios.relay_drain_random(receiver, cfg)),
         "drain2": ("relay_drain_2", lambda: scenarios.relay_drain(receiver, cfg, 2)),
         "uvloop": ("relay_drain_1_uvloop", lambda: scenarios.relay_drain(receiver, uv, 1)),
         **{
@@ -154,6 +157,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "latency_rate": cfg.rate,
             "latency_seconds": cfg.seconds,
             "payload_bytes": 1024,
+            "payload": payloads.KIND,
             "quick": args.quick,
             "relay_on_uvloop": args.uvloop,  # the uvloop step always is
             "redis_appendonly": "no",

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import load, memory
+from bench import load, memory, payloads
 from bench.common import (
     BENCH,
     HOST,
@@ -279,6 +279,17 @@ async def relay_drain(
             "retained": memory.breakdown(m0, m2, cfg.n),
         }
     return out
+
+
+async def relay_drain_random(receiver: Receiver, cfg: Cfg) -> dict[str, Any]:
+    """``relay_drain`` of one worker, memory per structure included, with payloads of
+    random bytes (base64'd): the memory figures for bodies deflate can barely shrink."""
+    kind = payloads.KIND
+    payloads.KIND = "random"
+    try:
+        return await relay_drain(receiver, cfg, 1, 0.0, True, name="drain1-random")
+    finally:
+        payloads.KIND = kind
 
 
 def percentiles(values: list[float]) -> dict[str, float]:

@@ -68,6 +68,12 @@ class EventTypeSchemaInvalid(PublishError):
     code = "schema_invalid"
 
 
+class TooManyDeliveries(PublishError):
+    """More target endpoints than one event can have deliveries (ids.MAX_DELIVERIES)."""
+
+    code = "too_many_deliveries"
+
+
 class IdempotencyKeyReused(PublishError):
     status = 409
     code = "idempotency_key_reused"
@@ -189,12 +195,17 @@ class Publisher:
         )
         filtered = filtered[: filters.MAX_RECORDED]
 
+        if len(targets) > ids.MAX_DELIVERIES:
+            raise TooManyDeliveries(
+                f"the event would go to {len(targets)} endpoints; one event has at most "
+                f"{ids.MAX_DELIVERIES} deliveries (name them with endpoint_ids, or split it)"
+            )
         lanes = [ordering.lane_of(e, event.ordering_key) for e in targets]
         ordered = any(lane is not None for lane in lanes)
         shard = shard_for(event.app, idempotency_key, self.settings.shards, ordered=ordered)
         now_ms = int(time.time() * 1000)
-        event_id = ids.new_id("evt", shard, now_ms)
-        deliveries = [(ids.new_id("dlv", shard, now_ms), e["id"]) for e in targets]
+        event_id = ids.new_event_id(shard, now_ms)
+        deliveries = [(ids.delivery_id(event_id, i), e["id"]) for i, e in enumerate(targets)]
         # per delivery: its lane ("" unordered) and what a dead head does to it
         lane_args = [
             (lane or "", ordering.on_dead(e)) for e, lane in zip(targets, lanes, strict=True)

@@ -25,7 +25,6 @@ from relay.ops.replays import ReplayRunner
 from relay.ops.retention import Retention
 from relay.queue.base import answers
 from relay.queue.errors import NOT_UP
-from relay.queue.migrate import OLD
 from relay.queue.store import Claimed, Store, connect
 from relay.redisproc import RedisServer, free_port
 from relay.settings import DEV_REDIS_RECORD, Settings
@@ -87,7 +86,7 @@ def crash_hook(marker: str) -> BeforeSend | None:
         return None
 
     def crash(claim: Claimed) -> None:
-        if marker in claim.body:
+        if marker.encode() in claim.body:
             os._exit(86)
 
     return crash
@@ -133,9 +132,10 @@ async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> Non
         return
     try:
         await check_redis(store)
-        if await store.legacy_left():
+        old = await store.legacy_left()
+        if old:
             raise RedisRefused(
-                f"it holds relay's key layout {OLD} under the prefix {settings.key_prefix!r}:"
+                f"it holds relay's key layout {old} under the prefix {settings.key_prefix!r}:"
                 " stop every relay process, run `relay migrate`, then start this version"
             )
     except RedisRefused:

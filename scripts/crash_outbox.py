@@ -243,8 +243,8 @@ class Round:
         pipe = store.redis.pipeline(transaction=False)
         for e in event_ids:
             pipe.get(sk.event(e))
-        bodies = [eventrecord.unpack(raw)[1] for raw in await pipe.execute()]
-        return {e: orjson.loads(b)["data"]["row"] for e, b in zip(event_ids, bodies, strict=True)}
+        payloads = [eventrecord.payload(raw) for raw in await pipe.execute()]
+        return {e: p["row"] for e, p in zip(event_ids, payloads, strict=True)}
 
     async def _drain(self, store: Store) -> bool:
         deadline = time.monotonic() + self.args.drain_timeout

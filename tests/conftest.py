@@ -23,6 +23,7 @@ import fakeredis
 import pytest
 from aiohttp import web
 
+from relay.domain import ids
 from relay.queue.store import Store, connect
 from relay.redisproc import RedisCluster, RedisServer, SlotControl, free_port, redis_binary
 from relay.settings import Settings
@@ -193,7 +194,9 @@ async def store(make_store: Any) -> Store:
 @pytest.fixture
 async def fake_store() -> AsyncIterator[Store]:
     settings = make_settings()
-    store = Store(fakeredis.FakeAsyncRedis(decode_responses=True), settings)
+    store = Store(
+        fakeredis.FakeAsyncRedis(decode_responses=True, encoding_errors="surrogateescape"), settings
+    )
     await store.start()
     yield store
     await store.close()
@@ -267,7 +270,9 @@ __all__ = ["Path", "Receiver", "RedisHandle", "event_ids", "make_settings"]
 async def event_ids(store: Store, shard: int | None = None) -> list[str]:
     """The ids of the events kept in Redis that have deliveries (one shard, or all).
     Layout v2 keeps no index of events (v1's was written and never read), so they are
-    read off the deliveries index: no SCAN of the session's shared keyspace."""
+    read off the deliveries index: no SCAN of the session's shared keyspace. A delivery
+    of layout v3 names its event by its id (relay.domain.ids), and one moved from v2 in
+    its hash."""
     shards = store.keys.all_shards() if shard is None else [store.keys.shard(shard)]
     found: set[str] = set()
     for sk in shards:
@@ -275,7 +280,10 @@ async def event_ids(store: Store, shard: int | None = None) -> list[str]:
         async with store.redis.pipeline(transaction=False) as pipe:
             for d in delivery_ids:
                 pipe.hget(sk.delivery(d), "event_id")
-            events = {e for e in await pipe.execute() if e}
+            named = await pipe.execute()
+        events = {
+            e or (ids.derived(d) or ("", 0))[0] for d, e in zip(delivery_ids, named, strict=True)
+        }
         async with store.redis.pipeline(transaction=False) as pipe:
             for e in sorted(events):
                 pipe.exists(sk.event(e))

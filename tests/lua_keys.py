@@ -373,7 +373,7 @@ def _key_fragment(value: str) -> bool:
     return bool(
         re.fullmatch(r"[A-Za-z0-9_.\-]*:", value)
         or re.search(r"\{[^{}\"]*\}", value)
-        or ":v2:" in value
+        or re.search(r":v\d+:", value)
     )
 
 

@@ -59,6 +59,36 @@ async def test_a_first_request_that_succeeded_stays_in_the_hash(st: Store) -> No
     assert rec["attempt_log"] == [{"n": 1, **orjson.loads(done.entry)}]
 
 
+async def test_its_hash_keeps_only_what_a1_and_the_indexes_do_not_say(st: Store) -> None:
+    """Layout v3: a delivery sent once with success keeps endpoint, app, type, status,
+    attempts, updated_at, recorded, a1 and log_n; the API still shows when it was sent,
+    its status code, its worker and when it finished (a1 and its succeeded score)."""
+    c, _ = await _one_sent(st, worker="w7")
+    sk = st.keys.shard(0)
+    raw = await st.redis.hgetall(sk.delivery(c.id))
+    assert set(raw) == {
+        "endpoint_id",
+        "app",
+        "type",
+        "status",
+        "attempts",
+        "updated_at",
+        "recorded",
+        "a1",
+        "log_n",
+    }
+    rec = await st.get_delivery(c.id, with_log=False)
+    assert rec is not None
+    assert (rec["last_status_code"], rec["last_attempt_at"], rec["worker"]) == (
+        200,
+        1_700_000_000_123,
+        "w7",
+    )
+    finished = await st.redis.zscore(sk.succeeded, c.id)
+    assert rec["finished_at"] == finished == int(raw["updated_at"])
+    assert rec["id"] == c.id and rec["event_id"] == c.event_id and rec["last_error"] is None
+
+
 async def test_later_requests_go_to_the_list_after_it(st: Store) -> None:
     c, _ = await _one_sent(st)
     sk = st.keys.shard(0)

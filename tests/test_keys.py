@@ -139,7 +139,7 @@ def _type(name: str) -> str:
 
 
 def row_pattern(row: str) -> re.Pattern[str]:
-    """A table row (``relay:v2:{ep_X}:breaker``, ``...:dlv:<delivery_id>``) as a regex."""
+    """A table row (``relay:v3:{ep_X}:breaker``, ``...:dlv:<delivery_id>``) as a regex."""
     text = re.escape(row)
     for tag in (r"\{ep_X\}", r"\{tag\}"):
         text = text.replace(tag, r"\{[^{}]+\}")

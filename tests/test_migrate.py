@@ -1,11 +1,13 @@
-"""Issue 17: ``relay migrate`` moves a Redis populated by key layout v1 to v2 with no loss.
+"""Issue 17: ``relay migrate`` moves a Redis populated by key layout v1 or v2 to v3 with no loss.
 
-``tests/data/layout_v1.json`` was written by the v1 code itself (scripts/layout_v1_fixture.py,
-run from a checkout of the last v1 commit): every key it left, and what it answered for
-every event and delivery. Loaded into this session's real ``redis-server`` under a fresh
-prefix, migrated, then read, delivered and swept by the v2 code. Seen failing before
-``relay migrate`` existed: the v2 code found none of it (every get_event None), and with
-the event hashes copied as they were, claim.lua failed on WRONGTYPE.
+``tests/data/layout_v1.json`` and ``layout_v2.json`` were written by that layout's code
+itself (scripts/layout_fixture.py, run from a checkout of its last commit): every key it
+left, and what it answered for every event and delivery. Each is loaded into this
+session's real ``redis-server`` under a fresh prefix, migrated, then read, delivered and
+swept by today's code. Seen failing before ``relay migrate`` existed: the v2 code found
+none of v1's (every get_event None), and with the event hashes copied as they were,
+claim.lua failed on WRONGTYPE; with v2's event strings copied as they were, v3's
+claim.lua found no ``max_attempts`` in their headers for the pending deliveries.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from tests.conftest import Receiver
 
 pytestmark = pytest.mark.realredis
 
-FIXTURE = Path(__file__).parent / "data" / "layout_v1.json"
-DATA = orjson.loads(FIXTURE.read_bytes())
+FIXTURES = {
+    layout: orjson.loads((Path(__file__).parent / "data" / f"layout_{layout}.json").read_bytes())
+    for layout in ("v1", "v2")
+}
 FAR = 10**15
 
 
@@ -50,11 +54,11 @@ def _put(pipe: Any, key: str, row: dict[str, Any]) -> None:
         pipe.pexpire(key, row["pttl"])
 
 
-async def _load(store: Store) -> None:
+async def _load(store: Store, data: dict[str, Any]) -> None:
     """The fixture's keys, under this store's prefix (values name no key)."""
-    old = DATA["prefix"] + ":"
+    old = data["prefix"] + ":"
     async with store.redis.pipeline(transaction=False) as pipe:
-        for row in DATA["keys"]:
+        for row in data["keys"]:
             _put(pipe, store.settings.key_prefix + ":" + row["key"][len(old) :], row)
         await pipe.execute()
 
@@ -64,22 +68,28 @@ async def _keys(store: Store, layout: str) -> list[str]:
     return [k async for k in store.redis.scan_iter(match=pattern)]
 
 
+@pytest.fixture(params=sorted(FIXTURES))
+def old(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-async def v1_store(make_store: Any) -> Store:
-    store: Store = await make_store(key_prefix="m" + uuid.uuid4().hex[:8], shards=DATA["shards"])
-    await _load(store)
+async def old_store(make_store: Any, old: str) -> Store:
+    data = FIXTURES[old]
+    store: Store = await make_store(key_prefix="m" + uuid.uuid4().hex[:8], shards=data["shards"])
+    await _load(store, data)
     return store
 
 
-async def test_api_and_worker_refuse_a_redis_of_layout_v1(
-    v1_store: Store, redis_server: Any
+async def test_api_and_worker_refuse_a_redis_of_an_older_layout(
+    old_store: Store, old: str, redis_server: Any
 ) -> None:
-    assert await v1_store.legacy_left()
+    assert await old_store.legacy_left() == old
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
     env.update(
         RELAY_REDIS_URL=redis_server.url,
-        RELAY_KEY_PREFIX=v1_store.settings.key_prefix,
-        RELAY_SHARDS=str(DATA["shards"]),
+        RELAY_KEY_PREFIX=old_store.settings.key_prefix,
+        RELAY_SHARDS=str(FIXTURES[old]["shards"]),
         RELAY_API_TOKENS="t",
     )
     proc = await asyncio.to_thread(
@@ -91,24 +101,25 @@ async def test_api_and_worker_refuse_a_redis_of_layout_v1(
         timeout=60,
     )
     assert proc.returncode == 1, proc.stderr
-    assert "layout v1" in proc.stderr and "relay migrate" in proc.stderr
+    assert f"layout {old}" in proc.stderr and "relay migrate" in proc.stderr
 
 
-async def test_migrate_moves_everything_and_the_v2_code_reads_it_as_v1_did(
-    v1_store: Store, receiver: Receiver
+async def test_migrate_moves_everything_and_today_s_code_reads_it_as_the_old_did(
+    old_store: Store, old: str, receiver: Receiver
 ) -> None:
-    store = v1_store
+    store = old_store
+    DATA = FIXTURES[old]
     total = len(DATA["keys"])
     dry = await store.migrate(dry_run=True)
-    assert dry.keys == total and len(await _keys(store, "v1")) == total  # nothing changed
+    assert dry.keys == total and len(await _keys(store, old)) == total  # nothing changed
 
     done = await store.migrate()
-    indexes = [r for r in DATA["keys"] if r["key"].endswith(":events")]  # v1's, not v2's
+    indexes = [r for r in DATA["keys"] if r["key"].endswith(":events")]  # v1's, not v3's
     assert (done.keys, done.events, done.already) == (total, len(DATA["events"]) + 1, 0)
-    assert done.dropped == len(indexes) == DATA["shards"]
-    assert await _keys(store, "v1") == []
-    assert len(await _keys(store, "v2")) == total - len(indexes)
-    assert not await store.legacy_left()
+    assert done.dropped == len(indexes) == (DATA["shards"] if old == "v1" else 0)
+    assert await _keys(store, old) == []
+    assert len(await _keys(store, "v3")) == total - len(indexes)
+    assert await store.legacy_left() is None
     assert (await store.migrate()).keys == 0  # run again: nothing left to move
 
     # every event and delivery reads exactly as the v1 code answered for it
@@ -118,7 +129,7 @@ async def test_migrate_moves_everything_and_the_v2_code_reads_it_as_v1_did(
         assert await store.get_delivery(delivery_id) == delivery, delivery_id
     # what had a TTL (the event no endpoint took, the idempotency keys) keeps it
     for row in (r for r in DATA["keys"] if r["pttl"] > 0):
-        moved = store.settings.key_prefix + ":v2:" + row["key"].split(":v1:", 1)[1]
+        moved = store.settings.key_prefix + ":v3:" + row["key"].split(f":{old}:", 1)[1]
         assert 0 < await store.redis.pttl(moved) <= row["pttl"], row["key"]
 
     # what was pending is delivered, the body as published; then everything is swept
@@ -142,13 +153,14 @@ async def test_migrate_moves_everything_and_the_v2_code_reads_it_as_v1_did(
 
 
 async def test_migrate_on_a_redis_cluster_scans_every_primary(cluster_store: Any) -> None:
-    """The fixture's keys under shards {s0}..{s2} and {cfg}: on three primaries."""
+    """The v2 fixture's keys under shards {s0}..{s2} and {cfg}: on three primaries."""
     store: Store = await cluster_store(key_prefix="m" + uuid.uuid4().hex[:8], shards=3)
+    DATA = FIXTURES["v2"]
     spread = [row for row in DATA["keys"] if ":{s0}:" in row["key"] or ":{cfg}:" in row["key"]]
     for n, row in enumerate(spread):  # the same records, spread over the three shards
         shard = f"{{s{n % 3}}}" if ":{s0}:" in row["key"] else "{cfg}"
-        rest = row["key"].split(":v1:", 1)[1].split(":", 1)[1]
-        key = f"{store.settings.key_prefix}:v1:{shard}:{rest}"
+        rest = row["key"].split(":v2:", 1)[1].split(":", 1)[1]
+        key = f"{store.settings.key_prefix}:v2:{shard}:{rest}"
         async with store.redis.pipeline(transaction=False) as pipe:  # one slot per key
             _put(pipe, key, row)
             await pipe.execute()
@@ -157,7 +169,7 @@ async def test_migrate_on_a_redis_cluster_scans_every_primary(cluster_store: Any
     nodes = store.redis.get_primaries()
     left = 0
     for node in nodes:
-        pattern = f"{store.settings.key_prefix}:v1:*"
+        pattern = f"{store.settings.key_prefix}:v2:*"
         cursor, found = 0, []
         while True:
             reply = await store.redis.execute_command(

@@ -113,7 +113,7 @@ async def event_rows(store: Store) -> collections.Counter[str]:
         for e in kept:
             pipe.get(sk.event(e))
         for raw in await pipe.execute():
-            seen[orjson.loads(eventrecord.unpack(raw)[1])["data"]["row"]] += 1
+            seen[eventrecord.payload(raw)["row"]] += 1
     return seen
 
 

@@ -119,7 +119,7 @@ async def test_worker_and_api_carry_on_after_redis_lost_everything(
         assert len(kept) == 6 and logs <= kept, left  # no attempt log of a vanished one
         for d in kept:  # one request each (a first success is kept in its hash: a1)
             assert len((await api_store.get_delivery(d) or {})["attempt_log"]) == 1, d
-        assert [k for k in left if old in k] == [f"{settings.key_prefix}:v2:{{{old}}}:breaker"]
+        assert [k for k in left if old in k] == [f"{settings.key_prefix}:v3:{{{old}}}:breaker"]
     finally:
         held.set()
         stop.set()

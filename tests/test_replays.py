@@ -48,37 +48,36 @@ async def seed(
         for i in range(n):
             sk = store.keys.shard(i % shards)
             at = created + i
-            event_id, dlv = ids.new_id("evt", sk.shard, at), ids.new_id("dlv", sk.shard, at)
+            event_id = ids.new_event_id(sk.shard, at)
+            dlv = ids.delivery_id(event_id, 0)
             ep = endpoints[i % len(endpoints)]
             body = signing.build_body(event_id, event_type, at, orjson.dumps({"i": i}))
             pipe.set(
                 sk.event(event_id),
                 eventrecord.pack(
+                    event_id=event_id,
                     event_type=event_type,
                     app="default",
                     created_ms=at,
+                    max_attempts=3,
                     deliveries=[(dlv, ep)],
                     body=body,
                 ),
             )
-            pipe.hset(
-                sk.delivery(dlv),
-                mapping={
-                    "id": dlv,
-                    "event_id": event_id,
-                    "endpoint_id": ep,
-                    "app": "default",
-                    "type": event_type,
-                    "status": status,
-                    "attempts": 3,
-                    "max_attempts": 3,
-                    "created_at": at,
-                    "updated_at": at,
-                    "next_attempt_at": at,
-                    "finished_at": at,
-                    "log_n": 0,
-                },
-            )
+            # layout v3: the id names the event, the header the budget; the index scores
+            # say when it finished (a dead one keeps finished_at too)
+            fields: dict[str, Any] = {
+                "endpoint_id": ep,
+                "app": "default",
+                "type": event_type,
+                "status": status,
+                "attempts": 3,
+                "updated_at": at,
+                "log_n": 0,
+            }
+            if status == "dead":
+                fields["finished_at"] = at
+            pipe.hset(sk.delivery(dlv), mapping=fields)
             pipe.zadd(sk.dead if status == "dead" else sk.succeeded, {dlv: at})
             pipe.zadd(sk.deliveries, {dlv: at})
             pipe.zadd(sk.endpoint_index(ep), {dlv: at})

@@ -53,8 +53,8 @@ async def add_endpoint(store: Store, url: str = "http://127.0.0.1:9/") -> str:
 
 async def publish(store: Store, endpoint_ids: list[str], n: int = 0) -> tuple[str, list[str]]:
     now = int(time.time() * 1000)
-    event_id = ids.new_id("evt", 0, now)
-    dlv = [(ids.new_id("dlv", 0, now), e) for e in endpoint_ids]
+    event_id = ids.new_event_id(0, now)
+    dlv = [(ids.delivery_id(event_id, i), e) for i, e in enumerate(endpoint_ids)]
     await store.publish(
         shard=0,
         event_id=event_id,
@@ -118,7 +118,8 @@ async def test_cutoff_is_respected(st: Store) -> None:
     ep = await add_endpoint(st)
     _, (d,) = await publish(st, [ep])
     await finish(st, {d: "succeeded"})
-    finished = int((await st.redis.hget(st.keys.shard(0).delivery(d), "finished_at")) or 0)
+    finished = int((await st.get_delivery(d) or {}).get("finished_at") or 0)
+    assert finished > 0
 
     assert (await Retention(st).expire(succeeded_before=finished - 1)).deliveries == 0
     assert (await indexed(st, d, ep))["succeeded"]
@@ -165,6 +166,28 @@ async def test_pending_and_delivering_are_never_expired(st: Store) -> None:
     assert (await st.get_delivery(pending) or {})["status"] == "pending"
     assert (await st.get_delivery(delivering) or {})["status"] == "delivering"
     assert await st.get_event(event_id) is not None
+
+
+async def test_event_kept_for_a_delivery_never_claimed(st: Store) -> None:
+    """Layout v3: a delivery never claimed has no hash, only its due entry and its place in
+    the event's header; the sweep of its sibling must keep the event for it. Seen failing
+    with expire.lua's due check removed: the event went, and the delivery with it."""
+    ep = await add_endpoint(st)
+    event_id, (a, b) = await publish(st, [ep, ep])
+    sk = st.keys.shard(0)
+    (c,) = (await st.claim(sk, limit=1, lease_ms=60_000, token_prefix="t", worker="w")).items
+    assert c.id == a
+    entry = orjson.dumps({"at": int(time.time() * 1000), "worker": "w"})
+    assert await st.record(sk, [Outcome(c.id, c.token, "succeeded", 0, 200, "", entry)]) == [1]
+    assert not await st.redis.exists(sk.delivery(b))  # as published: no hash
+
+    got = await Retention(st).expire(succeeded_before=FAR, dead_before=FAR)
+    assert (got.deliveries, got.events) == (1, 0)
+    assert await st.redis.exists(sk.event(event_id))
+    assert (await st.get_delivery(b) or {}).get("status") == "pending"
+    (later,) = (await st.claim(sk, limit=5, lease_ms=60_000, token_prefix="u", worker="w")).items
+    assert later.id == b and later.endpoint_id == ep
+    assert orjson.loads(later.body)["data"] == {"n": 0}
 
 
 async def test_event_removed_only_with_its_last_delivery(st: Store) -> None:

@@ -58,8 +58,8 @@ async def publish(
     event_type: str = "order.paid",
 ) -> tuple[str, list[str], str | None]:
     now = created_ms or int(time.time() * 1000)
-    event_id = ids.new_id("evt", shard, now)
-    dlv = [(ids.new_id("dlv", shard, now), e) for e in endpoint_ids]
+    event_id = ids.new_event_id(shard, now)
+    dlv = [(ids.delivery_id(event_id, i), e) for i, e in enumerate(endpoint_ids)]
     body = signing.build_body(event_id, event_type, now, b'{"n":1}')
     taken = await store.publish(
         shard=shard,
@@ -114,29 +114,73 @@ async def test_publish_writes_event_deliveries_and_indexes(st: Store) -> None:
     assert taken is None
     sk = st.keys.shard(0)
     written = await keyset(st) - before
+    # layout v3: no delivery hash yet; the event's header and the due queue say it all
     assert written == {
         sk.event(event_id),
         sk.due,
         sk.deliveries,
-        *(sk.delivery(d) for d in dlv),
         sk.endpoint_index(a["id"]),
         sk.endpoint_index(b["id"]),
     }
-    # layout v2: one string, a header line and the body (relay/domain/eventrecord.py)
-    head, _, body = (await st.redis.get(sk.event(event_id))).partition("\n")
+    # one string, a header line and the payload (relay/domain/eventrecord.py): the body is
+    # made again from the event's id, type and the creation time its id carries
+    head, _, payload = (await st.redis.get(sk.event(event_id))).partition("\n")
     evt = orjson.loads(head)
     assert evt["type"] == "order.paid" and evt["app"] == "default"
-    assert orjson.loads(body)["data"] == {"n": 1} and orjson.loads(body)["id"] == event_id
-    assert evt["d"] == [[d, ep["id"]] for d, ep in zip(dlv, (a, b), strict=True)]
+    assert evt["max_attempts"] == st.settings.max_attempts and "created_at" not in evt
+    assert orjson.loads(payload) == {"n": 1}
+    created = ids.created_ms(event_id)
+    assert evt["d"] == [a["id"], b["id"]]  # the ids derive from the event's: not listed
+    assert dlv == [ids.delivery_id(event_id, 0), ids.delivery_id(event_id, 1)]
     assert set(await zmembers(st, sk.due)) == set(dlv)
     assert set(await zmembers(st, sk.deliveries)) == set(dlv)
-    assert evt["created_at"] == float(await st.redis.zscore(sk.deliveries, dlv[0]))
+    assert created == float(await st.redis.zscore(sk.deliveries, dlv[0]))
     for d, ep in zip(dlv, (a, b), strict=True):
-        rec = await h(st, d)
-        assert rec["status"] == "pending" and rec["attempts"] == "0"
-        assert rec["max_attempts"] == str(st.settings.max_attempts)
+        assert await h(st, d) == {}
+        rec = await st.get_delivery(d)
+        assert rec is not None
+        assert rec["status"] == "pending" and rec["attempts"] == 0
+        assert rec["max_attempts"] == st.settings.max_attempts
         assert rec["event_id"] == event_id and rec["endpoint_id"] == ep["id"]
+        assert rec["created_at"] == created
+        assert rec["next_attempt_at"] == await st.redis.zscore(sk.due, d)
+        assert rec["app"] == "default" and rec["type"] == "order.paid"
         assert list(await zmembers(st, sk.endpoint_index(ep["id"]))) == [d]
+
+
+async def test_publish_with_ids_of_another_layout_writes_their_hashes(st: Store) -> None:
+    """Deliveries whose ids do not derive from the event's (moved from layout v2 by relay
+    migrate) are listed with their ids in the header and keep a hash that names the event."""
+    a = await add_endpoint(st)
+    now = int(time.time() * 1000)
+    event_id = ids.new_event_id(0, now)
+    dlv = ids.new_id("dlv", 0, now)
+    body = signing.build_body(event_id, "order.paid", now, b'{"n":1}')
+    await st.publish(
+        shard=0,
+        event_id=event_id,
+        event_type="order.paid",
+        app="default",
+        body=body,
+        created_ms=now,
+        deliveries=[(dlv, a["id"])],
+    )
+    sk = st.keys.shard(0)
+    head = (await st.redis.get(sk.event(event_id))).partition("\n")[0]
+    assert orjson.loads(head)["d"] == [[dlv, a["id"]]]
+    raw = await h(st, dlv)
+    assert raw["event_id"] == event_id and raw["endpoint_id"] == a["id"]
+    assert raw["status"] == "pending"
+    (c,) = (await claim(st)).items
+    assert (c.id, c.event_id, c.endpoint_id, c.max_attempts) == (
+        dlv,
+        event_id,
+        a["id"],
+        st.settings.max_attempts,
+    )
+    assert orjson.loads(c.body)["id"] == event_id
+    rec = await st.get_delivery(dlv)
+    assert rec is not None and rec["status"] == "delivering" and rec["event_id"] == event_id
 
 
 async def test_publish_idempotency_key_taken_writes_nothing(st: Store) -> None:
@@ -208,8 +252,12 @@ async def test_record_succeeded(st: Store) -> None:
     rec = await h(st, c.id)
     assert rec["status"] == "succeeded" and rec["last_status_code"] == "200"
     assert "claim" not in rec and "lease_until" not in rec and "next_attempt_at" not in rec
-    assert "finished_at" in rec
-    assert list(await zmembers(st, sk.succeeded)) == [c.id]
+    # layout v3: when it finished is its score in the succeeded index (and updated_at)
+    assert "finished_at" not in rec
+    assert await zmembers(st, sk.succeeded) == {c.id: float(rec["updated_at"])}
+    shown = await st.get_delivery(c.id)
+    assert shown is not None and shown["finished_at"] == int(rec["updated_at"])
+    assert shown["next_attempt_at"] is None
     assert not await zmembers(st, sk.processing) and not await zmembers(st, sk.due)
     assert await log(st, c.id) == [
         {"n": 1, "attempt": 1, "at": 1, "status_code": 200, "worker": "w1"}
@@ -226,14 +274,17 @@ async def test_record_retry_then_dead(st: Store) -> None:
     assert rec["status"] == "pending" and rec["attempts"] == "1"
     assert rec["last_status_code"] == "500" and rec["last_error"] == "x"
     due = await zmembers(st, sk.due)
-    assert due == {c.id: float(rec["next_attempt_at"])}
+    # layout v3: the next attempt is the due score, not a field of the hash
+    assert "next_attempt_at" not in rec
+    shown = await st.get_delivery(c.id)
+    assert shown is not None and due == {c.id: float(shown["next_attempt_at"])}
     assert not await zmembers(st, sk.processing)
     c2 = (await claim(st)).items[0]
     assert c2.id == c.id and c2.attempts == 2 and c2.token != c.token
     assert await st.record(sk, [outcome(c2, "dead", 0, 500)]) == [1]
     rec = await h(st, c.id)
     assert rec["status"] == "dead" and "next_attempt_at" not in rec
-    assert list(await zmembers(st, sk.dead)) == [c.id]
+    assert await zmembers(st, sk.dead) == {c.id: float(rec["finished_at"])}
     assert not await zmembers(st, sk.due) and not await zmembers(st, sk.processing)
     assert [e["n"] for e in await log(st, c.id)] == [1, 2]
 
@@ -247,9 +298,11 @@ async def test_record_defer_refunds_attempt_and_logs_nothing(st: Store) -> None:
     assert res == [1]
     rec = await h(st, c.id)
     assert rec["status"] == "pending" and rec["attempts"] == "0" and "claim" not in rec
-    assert rec["log_n"] == "0" and await log(st, c.id) == []
+    assert "log_n" not in rec and await log(st, c.id) == []
     due = await zmembers(st, sk.due)
-    assert due[c.id] == float(rec["next_attempt_at"]) and due[c.id] > time.time() * 1000 + 50_000
+    shown = await st.get_delivery(c.id)
+    assert shown is not None and shown["log_n"] == 0
+    assert due[c.id] == float(shown["next_attempt_at"]) and due[c.id] > time.time() * 1000 + 50_000
     assert not await zmembers(st, sk.processing)
 
 
@@ -263,7 +316,7 @@ async def test_record_with_wrong_token_is_fenced(st: Store) -> None:
     lease = await zmembers(st, sk.processing)
     assert await st.record(sk, [outcome(c, "succeeded", token="someone-else:1")]) == [0]
     after = await h(st, c.id)
-    assert after.pop("log_n") == "1" and before.pop("log_n") == "0"
+    assert after.pop("log_n") == "1" and "log_n" not in before
     assert after == before
     assert await zmembers(st, sk.processing) == lease
     assert not await zmembers(st, sk.succeeded)

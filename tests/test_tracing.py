@@ -229,7 +229,7 @@ async def test_publish_span_continues_the_caller_and_scripts_are_children(
     # the publish span's context is in the event's header, for a worker anywhere
     sk = store.shard_keys_for(event["id"])
     assert sk is not None
-    tp = eventrecord.unpack(await store.redis.get(sk.event(event["id"])))[0]["tp"]
+    tp = eventrecord.header_of(await store.redis.get(sk.event(event["id"])))["tp"]
     assert tp == f"00-{CALLER_TRACE}-{pub.context.span_id:016x}-01\nacme=t61rcWkgMzE"
 
     # an in-process worker: the attempt is a child of the publish span
@@ -290,7 +290,7 @@ async def test_tracing_off_stores_no_trace_field(
     event = await publish(api, CALLER)
     sk = store.shard_keys_for(event["id"])
     assert sk is not None
-    assert "tp" not in eventrecord.unpack(await store.redis.get(sk.event(event["id"])))[0]
+    assert "tp" not in eventrecord.header_of(await store.redis.get(sk.event(event["id"])))
     stop = asyncio.Event()
     await Worker(store, store.settings).run(stop, burst=True)
     # the caller's headers are not forwarded (relay's own trace is not running); an

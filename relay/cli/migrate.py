@@ -1,4 +1,4 @@
-"""``relay migrate``: move a Redis written by key layout v1 to v2 (relay/queue/migrate.py)."""
+"""``relay migrate``: move a Redis written by key layout v1 or v2 to v3 (relay/queue/migrate.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from relay.queue.store import Migrated, Store
 
 
 @click.command()
-@click.option("--dry-run", is_flag=True, help="Count the v1 keys; change nothing.")
+@click.option("--dry-run", is_flag=True, help="Count the keys of older layouts; change nothing.")
 @json_option
 def migrate(dry_run: bool, as_json: bool) -> None:
-    """Move relay's keys from layout v1 to v2, with no loss.
+    """Move relay's keys from layout v1 or v2 to v3, with no loss.
 
-    Stop every relay api and worker first (they refuse to start while a v1 key is left).
-    Each key is copied before its v1 key is deleted; a run cut short is simply run again.
+    Stop every relay api and worker first (they refuse to start while an old key is left).
+    Each key is copied before its old key is deleted; a run cut short is simply run again.
 
     \b
     Example:
@@ -31,11 +31,11 @@ def migrate(dry_run: bool, as_json: bool) -> None:
         return await store.migrate(dry_run=dry_run)
 
     done = with_store(go)
-    data = {"from": OLD, "to": LAYOUT, "dry_run": dry_run, **dataclasses.asdict(done)}
+    data = {"from": list(OLD), "to": LAYOUT, "dry_run": dry_run, **dataclasses.asdict(done)}
 
     def table(d: dict[str, object]) -> None:
         verb = "would move" if dry_run else "moved"
-        click.echo(f"{verb} {done.keys} keys from layout {OLD} to {LAYOUT}")
+        click.echo(f"{verb} {done.keys} keys from layouts {', '.join(OLD)} to {LAYOUT}")
         rows = [[kind, n] for kind, n in sorted(done.by_kind.items())]
         if rows:
             print_rows(rows, ["kind", "keys"])

@@ -172,7 +172,7 @@ class Attempter:
             event_id=c.event_id,
             delivery_id=c.id,
             attempt=c.attempts,
-            body=c.body.encode(),
+            body=c.body,
             trace_headers=trace_headers,
         )
         self.stats.sent += 1

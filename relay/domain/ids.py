@@ -4,6 +4,18 @@ Event and delivery ids carry their queue shard, so any process can find the keys
 an id without a lookup: 10 characters of millisecond time (Crockford base32, so ids
 sort by creation), 2 characters of shard, 14 random characters. All deliveries of an
 event live in the event's shard, which keeps a publish one atomic script.
+
+Layout v3: a delivery's id is made from its event's, so it says which event it belongs
+to and which of the event's deliveries it is, and needs no record of its own to say so.
+An event id ends in ``00``; its delivery ``i`` (0-based, in the order of the event's
+targets) is the same 24 characters and then ``i`` in two base32 characters::
+
+    evt_01JDX3Z8QK00A7PC1W4HMX2R00   the event (12 random characters, then 00)
+    dlv_01JDX3Z8QK00A7PC1W4HMX2R00   its first delivery
+    dlv_01JDX3Z8QK00A7PC1W4HMX2R01   its second
+
+so an event has at most 1,024 deliveries (:data:`MAX_DELIVERIES`). Deliveries of an
+older layout keep their random ids; their records name their event (relay migrate).
 """
 
 from __future__ import annotations
@@ -14,6 +26,7 @@ import time
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _INDEX = {c: i for i, c in enumerate(_ALPHABET)}
 MAX_SHARDS = 32 * 32
+MAX_DELIVERIES = 32 * 32  # per event: the two characters that number them
 
 
 def _b32(value: int, width: int) -> str:
@@ -31,6 +44,44 @@ def new_id(prefix: str, shard: int = 0, now_ms: int | None = None) -> str:
     ms = int(time.time() * 1000) if now_ms is None else now_ms
     rand = secrets.randbits(70)
     return f"{prefix}_{_b32(ms, 10)}{_b32(shard, 2)}{_b32(rand, 14)}"
+
+
+def new_event_id(shard: int = 0, now_ms: int | None = None) -> str:
+    """A new event id (``evt_...00``), whose deliveries' ids derive from it."""
+    return new_id("evt", shard, now_ms)[:-2] + "00"
+
+
+def delivery_id(event_id: str, index: int) -> str:
+    """The id of delivery ``index`` (0-based) of the event ``event_id``."""
+    if not 0 <= index < MAX_DELIVERIES:
+        raise ValueError(f"delivery index {index} out of range")
+    return f"dlv_{event_id[4:-2]}{_b32(index, 2)}"
+
+
+def derived(delivery: str) -> tuple[str, int] | None:
+    """``(event id, index)`` for a delivery id made by :func:`delivery_id`, else None
+    (a well-formed id is assumed: the caller knows it is a delivery of layout v3)."""
+    if not delivery.startswith("dlv_") or len(delivery) != 30:
+        return None
+    try:
+        index = _INDEX[delivery[28]] * 32 + _INDEX[delivery[29]]
+    except KeyError:
+        return None
+    return f"evt_{delivery[4:28]}00", index
+
+
+def created_ms(ident: str) -> int | None:
+    """The creation time (ms) an event or delivery id carries, None when not one of ours."""
+    _, sep, body = ident.partition("_")
+    if not sep or len(body) != 26:
+        return None
+    value = 0
+    for ch in body[:10]:
+        digit = _INDEX.get(ch)
+        if digit is None:
+            return None
+        value = value * 32 + digit
+    return value
 
 
 def shard_of(ident: str) -> int | None:

@@ -116,6 +116,12 @@ def _second(secs: int) -> str:
 
 def build_body(event_id: str, event_type: str, created_at_ms: int, payload_json: bytes) -> bytes:
     """Return the exact body bytes; ``payload_json`` is spliced in verbatim as ``data``."""
+    return body_head(event_id, event_type, created_at_ms) + payload_json + b"}"
+
+
+def body_head(event_id: str, event_type: str, created_at_ms: int) -> bytes:
+    """What a body holds before its payload: ``{"id":...,"type":...,"timestamp":...,"data":``
+    (the body is this, the payload verbatim, then ``}``)."""
     return b"".join(
         (
             b'{"id":',
@@ -125,7 +131,5 @@ def build_body(event_id: str, event_type: str, created_at_ms: int, payload_json:
             b',"timestamp":',
             orjson.dumps(rfc3339_ms(created_at_ms)),
             b',"data":',
-            payload_json,
-            b"}",
         )
     )

@@ -19,8 +19,9 @@ from typing import Any
 
 import orjson
 
-from relay.domain import eventrecord
+from relay.domain import eventrecord, ids
 from relay.queue.base import StoreBase
+from relay.queue.records import record_of
 
 PORTAL_LINGER_MS = 86_400_000  # an expired portal token says "token_expired" for a day
 
@@ -153,9 +154,17 @@ class AuthRecords(StoreBase):
             return None
         if kind == "event":
             raw = await self.redis.get(sk.event(ident))
-            return str(eventrecord.unpack(raw)[0]["app"]) if raw is not None else None
+            return str(eventrecord.header_of(raw)["app"]) if raw is not None else None
         app = await self.redis.hget(sk.delivery(ident), "app")
-        return str(app) if app is not None else None
+        if app is not None:
+            return str(app)
+        # layout v3: a delivery as published has no hash; its event's header has its app
+        derived = ids.derived(ident)
+        if derived is None or await self.redis.zscore(sk.due, ident) is None:
+            return None
+        raw = await self.redis.get(sk.event(derived[0]))
+        row = record_of(ident, {}, 0, eventrecord.header_of(raw)) if raw else None
+        return str(row["app"]) if row is not None else None
 
 
 def _key_view(row: dict[str, str]) -> dict[str, Any]:

@@ -22,6 +22,11 @@ from relay.queue.keys import Keys, ShardKeys
 from relay.queue.scripts import Scripts
 from relay.settings import Settings
 
+# Replies are decoded as UTF-8, and bytes that are not (an event body stored compressed,
+# relay.domain.eventrecord) come back as lone surrogates, which encode back to the exact
+# bytes: nothing relay stores is ever refused or altered by decoding.
+ENCODING_ERRORS = "surrogateescape"
+
 
 def answers(url: str) -> bool:
     """Whether a Redis answers PING at ``url`` within half a second (``relay dev``)."""
@@ -92,6 +97,7 @@ def _sentinel_client(settings: Settings) -> Any:
         redis_class=_SentinelRedis,
         connection_pool_class=_BlockingSentinelPool,
         decode_responses=True,
+        encoding_errors=ENCODING_ERRORS,
         health_check_interval=30,
         max_connections=256,
         timeout=20,
@@ -115,6 +121,7 @@ def connect(settings: Settings) -> Any:
         return RedisCluster.from_url(
             settings.redis_url,
             decode_responses=True,
+            encoding_errors=ENCODING_ERRORS,
             reinitialize_steps=0,
             max_connections=1024,
             socket_timeout=5.0,
@@ -128,6 +135,7 @@ def connect(settings: Settings) -> Any:
     pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url,
         decode_responses=True,
+        encoding_errors=ENCODING_ERRORS,
         socket_timeout=5.0,
         socket_connect_timeout=5.0,
         health_check_interval=30,

@@ -1,6 +1,6 @@
 """Every Redis key relay writes, built in one place.
 
-Layout (prefix ``relay`` by default, ``v2`` is the layout version). Each queue shard
+Layout (prefix ``relay`` by default, ``v3`` is the layout version). Each queue shard
 lives under its own hash tag ``{sN}``, so every script touches one hash slot and the
 same code runs on a single Redis and on Redis Cluster. Endpoint configuration lives
 under the tag ``{cfg}``; API keys and portal sessions under ``{auth}``; each endpoint's
@@ -16,45 +16,45 @@ README's copy of it and every key the scripts touch to these builders.
 =========================================  ======  =============================================
 key                                        type    holds
 =========================================  ======  =============================================
-``relay:v2:{s0}:due``                      zset    pending delivery ids, score = next attempt (ms)
-``relay:v2:{s0}:processing``               zset    claimed delivery ids, score = lease expiry (ms)
-``relay:v2:{s0}:succeeded``                zset    succeeded delivery ids, score = finish time
-``relay:v2:{s0}:dead``                     zset    dead delivery ids, score = time of death
-``relay:v2:{s0}:held``                     zset    held delivery ids, score = when held
-``relay:v2:{s0}:deliveries``               zset    every delivery id, score = created (ms)
-``relay:v2:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
-``relay:v2:{s0}:held:<endpoint_id>``       zset    held delivery ids of that endpoint (for resume)
-``relay:v2:{s0}:lane:<lane>``              list    an ordered lane's delivery ids, head first
-``relay:v2:{s0}:queued``                   zset    ids behind their lane's head, score = created
-``relay:v2:{s0}:blocked``                  zset    lanes held by a dead head, score = when blocked
-``relay:v2:{s0}:dlv:<delivery_id>``        hash    the delivery record (status, attempts, claim, a1)
-``relay:v2:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request but a1
-``relay:v2:{s0}:evt:<event_id>``           string  event: a header line (JSON), then the body sent
-``relay:v2:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
-``relay:v2:{s0}:stats``                    hash    shard counters (reclaimed)
-``relay:v2:{s0}:wake``                     pubsub  "work became due earlier than you thought"
-``relay:v2:{s0}:ops``                      list    ops outbox: delivery.dead summaries
-``relay:v2:{s0}:opsdead``                  zset    endpoints with a dead tally, score = window start
-``relay:v2:{s0}:opsdead:<endpoint_id>``    hash    its tally: n, first/last id and time
-``relay:v2:{ep_X}:breaker``                hash    circuit breaker of ep_X (state, failures)
-``relay:v2:{ep_X}:rate``                   string  rate limit: GCRA theoretical arrival time (ms)
-``relay:v2:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
-``relay:v2:{ep_X}:opsbox``                 list    ops outbox: breaker opened / closed events
-``relay:v2:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
-``relay:v2:{cfg}:app:<app>``               set     endpoint ids of one app
-``relay:v2:{cfg}:event_types``             hash    event type name -> event type JSON (catalog)
-``relay:v2:{cfg}:changed``                 pubsub  an endpoint or event type was written
-``relay:v2:{cfg}:ready``                   string  /readyz's probe: SET PX, then DEL
-``relay:v2:{rpl}:job:<replay_id>``         hash    a replay job: params, state, cursor, lease
-``relay:v2:{rpl}:jobs``                    zset    every replay job id, score = created (ms)
-``relay:v2:{rpl}:running``                 set     replay job ids a worker should advance
-``relay:v2:{auth}:key:<key_id>``           hash    API key: app, scopes, name, created, token hash
-``relay:v2:{auth}:keys``                   zset    every API key id, score = created (ms)
-``relay:v2:{auth}:cred:<token_sha256>``    string  credential of a token hash: kind, id, app, scopes
-``relay:v2:{auth}:sessions:<key_id>``      set     portal sessions that key opened (token hashes)
-``relay:v2:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
-``relay:v2:{cfg}:ops``                     list    ops outbox: endpoint disabled / enabled events
-``relay:v2:{tag}:guard``                   none    never written: every script call declares it
+``relay:v3:{s0}:due``                      zset    pending delivery ids, score = next attempt (ms)
+``relay:v3:{s0}:processing``               zset    claimed delivery ids, score = lease expiry (ms)
+``relay:v3:{s0}:succeeded``                zset    succeeded delivery ids, score = finish time
+``relay:v3:{s0}:dead``                     zset    dead delivery ids, score = time of death
+``relay:v3:{s0}:held``                     zset    held delivery ids, score = when held
+``relay:v3:{s0}:deliveries``               zset    every delivery id, score = created (ms)
+``relay:v3:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
+``relay:v3:{s0}:held:<endpoint_id>``       zset    held delivery ids of that endpoint (for resume)
+``relay:v3:{s0}:lane:<lane>``              list    an ordered lane's delivery ids, head first
+``relay:v3:{s0}:queued``                   zset    ids behind their lane's head, score = created
+``relay:v3:{s0}:blocked``                  zset    lanes held by a dead head, score = when blocked
+``relay:v3:{s0}:dlv:<delivery_id>``        hash    the delivery from its first claim (status, a1)
+``relay:v3:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request but a1
+``relay:v3:{s0}:evt:<event_id>``           string  event: header line (JSON), body (maybe zlib)
+``relay:v3:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
+``relay:v3:{s0}:stats``                    hash    shard counters (reclaimed)
+``relay:v3:{s0}:wake``                     pubsub  "work became due earlier than you thought"
+``relay:v3:{s0}:ops``                      list    ops outbox: delivery.dead summaries
+``relay:v3:{s0}:opsdead``                  zset    endpoints with a dead tally, score = window start
+``relay:v3:{s0}:opsdead:<endpoint_id>``    hash    its tally: n, first/last id and time
+``relay:v3:{ep_X}:breaker``                hash    circuit breaker of ep_X (state, failures)
+``relay:v3:{ep_X}:rate``                   string  rate limit: GCRA theoretical arrival time (ms)
+``relay:v3:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
+``relay:v3:{ep_X}:opsbox``                 list    ops outbox: breaker opened / closed events
+``relay:v3:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
+``relay:v3:{cfg}:app:<app>``               set     endpoint ids of one app
+``relay:v3:{cfg}:event_types``             hash    event type name -> event type JSON (catalog)
+``relay:v3:{cfg}:changed``                 pubsub  an endpoint or event type was written
+``relay:v3:{cfg}:ready``                   string  /readyz's probe: SET PX, then DEL
+``relay:v3:{rpl}:job:<replay_id>``         hash    a replay job: params, state, cursor, lease
+``relay:v3:{rpl}:jobs``                    zset    every replay job id, score = created (ms)
+``relay:v3:{rpl}:running``                 set     replay job ids a worker should advance
+``relay:v3:{auth}:key:<key_id>``           hash    API key: app, scopes, name, created, token hash
+``relay:v3:{auth}:keys``                   zset    every API key id, score = created (ms)
+``relay:v3:{auth}:cred:<token_sha256>``    string  credential of a token hash: kind, id, app, scopes
+``relay:v3:{auth}:sessions:<key_id>``      set     portal sessions that key opened (token hashes)
+``relay:v3:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
+``relay:v3:{cfg}:ops``                     list    ops outbox: endpoint disabled / enabled events
+``relay:v3:{tag}:guard``                   none    never written: every script call declares it
 =========================================  ======  =============================================
 """
 
@@ -64,9 +64,11 @@ from dataclasses import dataclass
 
 # The layout version, in every key. v2 (issue 17): an event is one string, a header line
 # and its body (relay/domain/eventrecord.py), not a hash, and v1's events index (written,
-# never read) is gone. ``relay migrate`` moves a
-# Redis written by v1 to v2 (relay/queue/migrate.py).
-LAYOUT = "v2"
+# never read) is gone. v3 (issue 17): a delivery's id derives from its event's
+# (relay/domain/ids.py), so a delivery has no hash until its first claim; the hash keeps
+# only what no id, index score or event header holds; the body is stored compressed.
+# ``relay migrate`` moves a Redis written by v1 or v2 to v3 (relay/queue/migrate.py).
+LAYOUT = "v3"
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,19 @@
 """``relay migrate``: move what an older key layout wrote to this one (``keys.LAYOUT``).
 
-Layout v1 -> v2 (issue 17): every key keeps its name but for the layout version
-(``relay:v1:{s0}:dlv:...`` becomes ``relay:v2:{s0}:dlv:...``: the same hash tag, so the
-same cluster slot), and an event hash becomes the one string of
-:mod:`relay.domain.eventrecord`; v1's ``events`` index (written, never read) is
-deleted. Every other key is copied as it is (``DUMP`` then ``RESTORE`` with its TTL),
-then the v1 key is deleted.
+Layouts v1 and v2 -> v3 (issue 17): every key keeps its name but for the layout version
+(``relay:v2:{s0}:dlv:...`` becomes ``relay:v3:{s0}:dlv:...``: the same hash tag, so the
+same cluster slot), and an event (v1: a hash; v2: a string without ``max_attempts``, its
+deliveries listed with their ids, the body as it is) becomes the string of
+:mod:`relay.domain.eventrecord`, its body compressed. v1's ``events`` index (written,
+never read) is deleted. Every other key is copied as it is (``DUMP`` then ``RESTORE``
+with its TTL), then the old key is deleted: delivery hashes too, which layout v3 reads
+as they are (their ids do not derive from their event's, so they keep naming it; what
+v3 takes from an index score instead, such as ``next_attempt_at``, is read from there).
 
-Key by key, each copied before its v1 key goes, and idempotent: a run cut short is run
-again, and a key already under v2 is not written twice (the copy is skipped, the v1 key
+Key by key, each copied before its old key goes, and idempotent: a run cut short is run
+again, and a key already under v3 is not written twice (the copy is skipped, the old key
 deleted). Run it with every relay process stopped (README "Upgrading"): ``relay api``
-and ``relay worker`` refuse to start while a v1 key is left (:meth:`legacy_left`).
+and ``relay worker`` refuse to start while an old key is left (:meth:`legacy_left`).
 """
 
 from __future__ import annotations
@@ -27,34 +30,35 @@ from relay.domain import eventrecord
 from relay.queue.base import StoreBase
 from relay.queue.keys import LAYOUT, Keys
 
-OLD = "v1"
-DROPPED = {"events"}  # v1's events index: written, never read; v2 keeps none
+OLD = ("v1", "v2")
+DROPPED = {"events"}  # v1's events index: written, never read; v2 and v3 keep none
 
 
 @dataclass
 class Migrated:
-    keys: int = 0  # v1 keys moved to v2
-    events: int = 0  # of which event hashes rewritten as one string
-    already: int = 0  # v1 keys whose v2 key was there already (an earlier, cut run)
-    dropped: int = 0  # v1 keys v2 has no use for (the events index), deleted
+    keys: int = 0  # old keys moved to this layout
+    events: int = 0  # of which events rewritten (eventrecord)
+    already: int = 0  # old keys whose new key was there already (an earlier, cut run)
+    dropped: int = 0  # old keys this layout has no use for (v1's events index), deleted
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
 class Migration(StoreBase):
-    def _old(self) -> Keys:
-        return Keys(self.settings.key_prefix, self.settings.shards, layout=OLD)
-
-    async def legacy_left(self) -> bool:
-        """Whether a key relay always writes in use is still under layout v1 (a probe of a
-        few fixed keys, not a scan: cheap enough for every start)."""
-        old = self._old()
-        probes = [old.endpoints, old.event_types, old.api_keys, old.replay_jobs]
-        for sk in old.all_shards():
-            probes += [sk.deliveries, sk.due, sk.processing]
+    async def legacy_left(self) -> str | None:
+        """The older layout a key relay always writes in use is still under, or None (a
+        probe of a few fixed keys, not a scan: cheap enough for every start)."""
+        probes: list[tuple[str, str]] = []
+        for layout in OLD:
+            old = Keys(self.settings.key_prefix, self.settings.shards, layout=layout)
+            keys = [old.endpoints, old.event_types, old.api_keys, old.replay_jobs]
+            for sk in old.all_shards():
+                keys += [sk.deliveries, sk.due, sk.processing]
+            probes += [(layout, k) for k in keys]
         async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
-            for key in probes:
+            for _, key in probes:
                 pipe.exists(key)
-            return any(await pipe.execute())
+            found = await pipe.execute()
+        return next((layout for (layout, _), n in zip(probes, found, strict=True) if n), None)
 
     async def _scan(self, pattern: str, count: int) -> AsyncIterator[list[str]]:
         nodes: list[Any] = (
@@ -79,11 +83,22 @@ class Migration(StoreBase):
     async def migrate(
         self, *, dry_run: bool = False, progress: Callable[[Migrated], None] | None = None
     ) -> Migrated:
-        """Move every v1 key of this prefix to v2 (module docstring); with ``dry_run``,
-        only count them."""
-        old_root = f"{self.settings.key_prefix}:{OLD}:"
-        new_root = f"{self.settings.key_prefix}:{LAYOUT}:"
+        """Move every key of an older layout of this prefix to this one (module docstring);
+        with ``dry_run``, only count them."""
         done = Migrated()
+        for layout in OLD:
+            await self._migrate(layout, done, dry_run, progress)
+        return done
+
+    async def _migrate(
+        self,
+        layout: str,
+        done: Migrated,
+        dry_run: bool,
+        progress: Callable[[Migrated], None] | None,
+    ) -> None:
+        old_root = f"{self.settings.key_prefix}:{layout}:"
+        new_root = f"{self.settings.key_prefix}:{LAYOUT}:"
         async for batch in self._scan(old_root + "*", 500):
             for key in batch:
                 kind = _kind(key[len(old_root) :])
@@ -104,7 +119,42 @@ class Migration(StoreBase):
                 done.already += not moved
             if progress is not None:
                 progress(done)
-        return done
+
+    async def _event_v3(self, key: str) -> bytes | None:
+        """An event of layout v1 (a hash) or v2 (a string) as this layout stores it."""
+        if await self.redis.type(key) == "hash":  # v1
+            raw = await self.redis.hgetall(key)
+            if not raw:
+                return None
+            header: dict[str, Any] = {
+                "type": raw["type"],
+                "app": raw["app"],
+                "created_at": int(raw["created_at"]),
+                "d": [[d["id"], d["endpoint_id"]] for d in orjson.loads(raw["deliveries"])],
+            }
+            if raw.get("filtered"):
+                header["filtered"] = orjson.loads(raw["filtered"])
+            if raw.get("tp"):
+                header["tp"] = raw["tp"]
+            body = raw["body"].encode()
+        else:  # v2: the header line (deliveries as [id, endpoint]), then the body as sent
+            stored = await self.redis.get(key)
+            if stored is None:
+                return None
+            head, _, body = eventrecord.raw(stored).partition(b"\n")
+            header = orjson.loads(head)
+        return eventrecord.pack(
+            event_id=_event_id(key),
+            event_type=header["type"],
+            app=header["app"],
+            created_ms=int(header["created_at"]),
+            # their deliveries keep max_attempts in their hashes; this is never read
+            max_attempts=self.settings.max_attempts,
+            deliveries=[(d, e) for d, e in header["d"]],
+            body=body,
+            filtered=header.get("filtered", ()),
+            trace=header.get("tp", ""),
+        )
 
     async def _move(self, key: str, target: str, *, event: bool) -> bool | None:
         """Copy ``key`` to ``target`` and delete it: True when copied, False when
@@ -113,9 +163,10 @@ class Migration(StoreBase):
         if ttl == -2:
             return None
         ttl = max(ttl, 0)  # -1: no TTL; RESTORE and SET take 0 / none for that
-        if event and await self.redis.type(key) == "hash":
-            raw = await self.redis.hgetall(key)
-            value = _event_v2(raw)
+        if event:
+            value = await self._event_v3(key)
+            if value is None:
+                return None
             px = {"px": ttl} if ttl else {}
             copied = bool(await self.redis.set(target, value, nx=True, **px))
         else:
@@ -139,14 +190,5 @@ def _kind(rest: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
-def _event_v2(raw: dict[str, str]) -> bytes:
-    """A layout v1 event hash as the v2 string."""
-    return eventrecord.pack(
-        event_type=raw["type"],
-        app=raw["app"],
-        created_ms=int(raw["created_at"]),
-        deliveries=[(d["id"], d["endpoint_id"]) for d in orjson.loads(raw["deliveries"])],
-        body=raw["body"].encode(),
-        filtered=orjson.loads(raw["filtered"]) if raw.get("filtered") else (),
-        trace=raw.get("tp", ""),
-    )
+def _event_id(key: str) -> str:
+    return key.rsplit(":", 1)[1]

@@ -11,10 +11,10 @@ from typing import Any
 
 import orjson
 
-from relay.domain import attemptlog, eventrecord, matching
+from relay.domain import attemptlog, eventrecord, ids, matching
 from relay.queue.base import StoreBase
 from relay.queue.keys import ShardKeys
-from relay.queue.records import STATUSES, parse_delivery
+from relay.queue.records import STATUSES, record_of
 
 
 def encode_cursor(score: float, member: str) -> str:
@@ -31,24 +31,18 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         raise ValueError("cursor is not valid") from exc
 
 
+HEADER_READ = 4096  # bytes of an event read for its header; a longer header is read whole
+
+
 class Reads(StoreBase):
     async def get_delivery(self, delivery_id: str, with_log: bool = True) -> dict[str, Any] | None:
         sk = self.shard_keys_for(delivery_id)
         if sk is None:
             return None
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(sk.delivery(delivery_id))
-            if with_log:
-                pipe.lrange(sk.log(delivery_id), 0, -1)
-            res = await pipe.execute()
-        if not res[0]:
+        rows = await self._rows(sk, [delivery_id], with_log=with_log)
+        if not rows:
             return None
-        record = parse_delivery(res[0])
-        if with_log:
-            log = [orjson.loads(e) for e in res[1]]
-            if "a1" in res[0]:  # a first request that succeeded, kept in the hash
-                log.insert(0, attemptlog.expand(res[0]["a1"]))
-            record["attempt_log"] = log
+        record = rows[0]
         if "lane" in record:  # ordered: the lane's head now, and whether a dead head holds it
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.lindex(sk.lane(record["lane"]), 0)
@@ -59,13 +53,60 @@ class Reads(StoreBase):
         return record
 
     async def get_deliveries(self, sk: ShardKeys, delivery_ids: Sequence[str]) -> list[dict]:
-        if not delivery_ids:
-            return []
+        return await self._rows(sk, delivery_ids) if delivery_ids else []
+
+    async def _rows(
+        self, sk: ShardKeys, delivery_ids: Sequence[str], *, with_log: bool = False
+    ) -> list[dict[str, Any]]:
+        """The deliveries that exist of ``delivery_ids`` (one shard), as the API shows them.
+
+        Layout v3 keeps in a delivery's hash only what is nowhere else: a delivery as
+        published has none (its id names its event, whose header names its endpoint; it
+        is pending while it is due), and the rest comes from its id (event, created), the
+        score of its index (next attempt) and its event's header (app, type, budget).
+        One round trip: each hash, due score and event header (the header's first bytes),
+        and the attempt logs with ``with_log``; a second only for a header longer than that.
+        """
+        derived = [ids.derived(d) for d in delivery_ids]
         async with self.redis.pipeline(transaction=False) as pipe:
-            for d in delivery_ids:
+            for d, ev in zip(delivery_ids, derived, strict=True):
                 pipe.hgetall(sk.delivery(d))
-            rows = await pipe.execute()
-        return [parse_delivery(r) for r in rows if r]
+                pipe.zscore(sk.due, d)
+                if ev is not None:
+                    pipe.getrange(sk.event(ev[0]), 0, HEADER_READ - 1)
+                else:
+                    pipe.exists(sk.event(d))  # keeps the three-per-id stride; never read
+                if with_log:
+                    pipe.lrange(sk.log(d), 0, -1)
+            res = await pipe.execute()
+        step = 4 if with_log else 3
+        headers: dict[str, dict[str, Any] | None] = {}
+        for i, ev in enumerate(derived):
+            if ev is not None and ev[0] not in headers:
+                headers[ev[0]] = await self._header(sk, ev[0], res[i * step + 2])
+        rows = []
+        for i, d in enumerate(delivery_ids):
+            raw, due = res[i * step], res[i * step + 1]
+            event_id = raw.get("event_id") or (derived[i] or ("", 0))[0]
+            header = headers.get(event_id)
+            if header is None and raw.get("event_id") and "max_attempts" not in raw:
+                header = await self._header(sk, event_id, None)
+            row = record_of(d, raw, due, header)
+            if row is None:
+                continue
+            if with_log:
+                log = [orjson.loads(e) for e in res[i * step + 3]]
+                if "a1" in raw:  # a first request that succeeded, kept in the hash
+                    log.insert(0, attemptlog.expand(raw["a1"]))
+                row["attempt_log"] = log
+            rows.append(row)
+        return rows
+
+    async def _header(self, sk: ShardKeys, event_id: str, head: str | None) -> dict | None:
+        """An event's header from the first bytes read of it (None: read it now)."""
+        if head is None or ("\n" not in head and len(head) >= HEADER_READ):
+            head = await self.redis.get(sk.event(event_id))
+        return eventrecord.header_of(head) if head else None
 
     async def get_idempotency(self, shard: int, app: str, key: str) -> str | None:
         """The idempotency record of ``key`` (``{"h": body hash, "answer": ...}``), or None."""
@@ -79,14 +120,14 @@ class Reads(StoreBase):
         raw = await self.redis.get(sk.event(event_id))
         if raw is None:
             return None
-        header, body = eventrecord.unpack(raw)
+        header = eventrecord.header_of(raw)
         event = {
             "id": event_id,
             "type": header["type"],
             "app": header["app"],
-            "created_at": int(header["created_at"]),
-            "payload": orjson.loads(body)["data"],
-            "deliveries": eventrecord.deliveries(header),
+            "created_at": eventrecord.created(event_id, header),
+            "payload": eventrecord.payload(raw),
+            "deliveries": eventrecord.listed(event_id, header),
         }
         if "filtered" in header:  # endpoints whose filter erred on it (relay.domain.filters)
             event["filtered"] = header["filtered"]
@@ -109,7 +150,7 @@ class Reads(StoreBase):
             for e in event_ids:
                 pipe.get(sk.event(e))
             found = await pipe.execute()
-        return [eventrecord.unpack(raw)[0].get("tp", "") if raw else "" for raw in found]
+        return [eventrecord.header_of(raw).get("tp", "") if raw else "" for raw in found]
 
     async def event_body_length(self, event_id: str) -> int | None:
         """Bytes of the body sent for an event, None for an unknown id (0 when gone)."""
@@ -117,7 +158,7 @@ class Reads(StoreBase):
         if sk is None:
             return None
         raw = await self.redis.get(sk.event(event_id))
-        return len(eventrecord.unpack(raw)[1].encode()) if raw is not None else 0
+        return len(eventrecord.unpack(raw, event_id)[1]) if raw is not None else 0
 
     async def list_deliveries(
         self,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from relay.domain import attemptlog, ids
+
 # Every status a delivery can have. "held": its endpoint is disabled; it waits, out of
 # the due queue, until the endpoint is enabled again (hold.lua, resume.lua).
 # "queued": it waits in its ordered lane behind the lane's head (publish.lua, replay.lua).
@@ -40,8 +42,8 @@ class Claimed:
     max_attempts: int
     event_id: str
     endpoint_id: str
-    body: str
-    trace: str = ""  # the publish span's context (relay.tracing), read only with tracing on
+    body: bytes  # exactly as signed and sent (decompressed)
+    trace: str = ""  # the publish span's context (relay.tracing), from the event's header
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +105,50 @@ def num(value: str | int | None) -> int | None:
     return None if number == -1 else number
 
 
-def parse_delivery(raw: dict[str, str]) -> dict[str, Any]:
-    """A delivery hash as the API and the CLI show it."""
+def record_of(
+    delivery_id: str,
+    raw: dict[str, str],
+    due: float | None,
+    header: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """A delivery as the API and the CLI show it, from its hash ``raw`` (layout v3: only
+    what is nowhere else), its score in the due queue and its event's header; None when
+    there is no such delivery.
+
+    A delivery without a hash is as published: pending while it is due, and its event's
+    header lists it (by endpoint id, at the index its id ends with).
+    """
+    if not raw:
+        derived = ids.derived(delivery_id)
+        if due is None or header is None or derived is None:
+            return None
+        entries = header.get("d", ())
+        index = derived[1]
+        if index >= len(entries) or not isinstance(entries[index], str):
+            return None
+        raw = {
+            "endpoint_id": entries[index],
+            "app": header["app"],
+            "type": header["type"],
+            "status": "pending",
+            "attempts": "0",
+        }
     out: dict[str, Any] = dict(raw)
     out.pop("recorded", None)  # record.lua's own bookkeeping (the last token it recorded)
-    out.pop("a1", None)  # the first request's log entry, short form (Reads.get_delivery)
+    a1 = out.pop("a1", None)  # the first request's log entry, short form (Reads._rows)
+    out["id"] = delivery_id
+    out.setdefault("event_id", (ids.derived(delivery_id) or ("", 0))[0])
+    if "created_at" not in out:
+        out["created_at"] = ids.created_ms(delivery_id)
+    if "max_attempts" not in out and header is not None:
+        out["max_attempts"] = header.get("max_attempts")
+    out.setdefault("updated_at", out["created_at"])
+    out.setdefault("log_n", 0)
+    if a1 is not None:  # a first request that succeeded says when, and who made it
+        first = attemptlog.expand(a1)
+        out.setdefault("last_attempt_at", first["at"])
+        out.setdefault("last_status_code", first["status_code"])
+        out.setdefault("worker", first["worker"])
     for f in INT_FIELDS:
         if f in out:
             out[f] = num(out[f])
@@ -116,7 +157,14 @@ def parse_delivery(raw: dict[str, str]) -> dict[str, Any]:
     out["last_error"] = out.get("last_error") or None
     if "lane" in out:  # ordered: a dead head that holds its lane says so
         out["blocking"] = out.get("blocking") == "1"
-    # Scripts delete these when they stop applying; the API still lists them, as null.
-    for f in ("next_attempt_at", "finished_at", "last_attempt_at"):
-        out.setdefault(f, None)
+    # What an index holds: the next attempt of a pending one is its due score, and a
+    # succeeded one finished when it was last updated (a dead one keeps finished_at).
+    status = out.get("status")
+    out["next_attempt_at"] = int(due) if status == "pending" and due is not None else None
+    if status == "succeeded":
+        out.setdefault("finished_at", out["updated_at"])
+    elif status != "dead":
+        out["finished_at"] = None
+    out.setdefault("finished_at", None)
+    out.setdefault("last_attempt_at", None)
     return out

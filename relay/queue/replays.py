@@ -114,7 +114,8 @@ class ReplayJobs(StoreBase):
         return sorted(await self.redis.smembers(self.keys.replays_running))
 
     async def delivery_statuses(self, delivery_ids: Sequence[str]) -> dict[str, str]:
-        """Each delivery's status ("" when it is gone), one round trip."""
+        """Each delivery's status ("" when it is gone), one round trip. A delivery without a
+        hash is pending while it is due (layout v3: none until its first claim)."""
         found = {d: sk for d in delivery_ids if (sk := self.shard_keys_for(d)) is not None}
         out = dict.fromkeys(delivery_ids, "")
         if not found:
@@ -122,6 +123,9 @@ class ReplayJobs(StoreBase):
         async with self.redis.pipeline(transaction=False) as pipe:
             for d, sk in found.items():
                 pipe.hget(sk.delivery(d), "status")
+                pipe.zscore(sk.due, d)
             rows = await pipe.execute()
-        out.update((d, s or "") for d, s in zip(found, rows, strict=True))
+        for i, d in enumerate(found):
+            status, due = rows[2 * i], rows[2 * i + 1]
+            out[d] = status or ("pending" if due is not None else "")
         return out

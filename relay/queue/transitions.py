@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from relay.domain import eventrecord
+from relay.domain import eventrecord, ids
 from relay.queue.base import StoreBase
 from relay.queue.keys import ShardKeys
 from relay.queue.records import Claimed, ClaimResult, Outcome, Swept, num
@@ -64,24 +64,28 @@ class Transitions(StoreBase):
             event_type,
             app,
             eventrecord.pack(
+                event_id=event_id,
                 event_type=event_type,
                 app=app,
                 created_ms=created_ms,
+                max_attempts=self.settings.max_attempts,
                 deliveries=deliveries,
                 body=body,
                 filtered=filtered,
                 trace=trace,
             ),
             created_ms,
-            self.settings.max_attempts,
+            "",  # layout v2's max attempts: in the event's header now
             sk.wake,
             "",  # layout v1's deliveries JSON: in the event's header now
             int(self.settings.retention * 1000),  # TTL of an event with no delivery
             len(deliveries),
         ]
-        for delivery_id, endpoint_id in deliveries:
+        for i, (delivery_id, endpoint_id) in enumerate(deliveries):
             keys += [sk.delivery(delivery_id), sk.endpoint_index(endpoint_id)]
-            args += [delivery_id, endpoint_id]
+            # a delivery whose id does not derive from the event's gets a hash now
+            derived = i < ids.MAX_DELIVERIES and delivery_id == ids.delivery_id(event_id, i)
+            args += [delivery_id, endpoint_id, "" if derived else "1"]
         keys.append(sk.queued)
         args.append(sk.lane_prefix if lanes else "")
         for lane, on_dead in lanes or ():
@@ -113,7 +117,10 @@ class Transitions(StoreBase):
         items = []
         for i in range(n):
             g = res[4 + 7 * i : 11 + 7 * i]
-            items.append(Claimed(g[0], g[1], int(g[2]), int(g[3]), g[4], g[5], g[6]))
+            header, body = eventrecord.unpack(g[6], g[4]) if g[6] else ({}, b"")
+            items.append(
+                Claimed(g[0], g[1], int(g[2]), int(g[3]), g[4], g[5], body, header.get("tp", ""))
+            )
         return ClaimResult(int(res[0]), num(res[1]), num(res[2]), items)
 
     async def record(self, sk: ShardKeys, outcomes: Sequence[Outcome]) -> list[int]:
@@ -164,6 +171,7 @@ class Transitions(StoreBase):
                 sk.wake,
                 sk.lane_prefix,
                 sk.dead_tally_prefix,
+                sk.event_prefix,
             ],
         )
         return int(res[0]), int(res[1]), list(res[2:])

@@ -9,51 +9,96 @@
 -- KEYS[1]  due queue (zset, score = next attempt, ms)       ShardKeys.due
 -- KEYS[2]  processing leases (zset, score = lease expiry)   ShardKeys.processing
 --
--- ARGV[1]  delivery key prefix   ShardKeys.delivery_prefix  (relay:v2:{s0}:dlv:)
--- ARGV[2]  event key prefix      ShardKeys.event_prefix     (relay:v2:{s0}:evt:)
+-- ARGV[1]  delivery key prefix   ShardKeys.delivery_prefix  (relay:v3:{s0}:dlv:)
+-- ARGV[2]  event key prefix      ShardKeys.event_prefix     (relay:v3:{s0}:evt:)
 --          The due ids are only known in here, so their delivery and event keys are
 --          prefix .. id; they share the shard's hash tag, hence the slot of KEYS[1].
 -- ARGV[3]  batch limit   ARGV[4] lease, ms
 -- ARGV[5]  claim token prefix (unique per call); token i is ARGV[5] .. i
 -- ARGV[6]  worker id
 --
+-- A delivery claimed for the first time has no hash yet (publish.lua writes none): its
+-- id names its event and its place in the event's header (relay/domain/ids.py), which
+-- names its endpoint, app, type and attempt budget; the hash starts here, in one HSET.
+-- Commands per delivery: HMGET, GET and HSET (HINCRBY too once it has a hash); the ZREM
+-- from due and the ZADD to processing are one command each for the whole batch.
+--
 -- Returns {now, next_due or -1, next_lease_expiry or -1, n,
---          then n groups of 7: id, token, attempts, max_attempts, event_id, endpoint_id, body}
+--          then n groups of 7: id, token, attempts, max_attempts, event_id, endpoint_id,
+--          the event as stored (relay/domain/eventrecord.py: a header line, the body)}
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local dlv_prefix = ARGV[1]
 local evt_prefix = ARGV[2]
 local lease_until = now + tonumber(ARGV[4])
+local B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", now, "LIMIT", 0, tonumber(ARGV[3]))
+if #ids > 0 then
+  redis.call("ZREM", KEYS[1], unpack(ids))
+end
+
+-- The header of an event (cached: a fan-out's deliveries share it).
+local headers = {}
+local function header_of(event_id, event)
+  local h = headers[event_id]
+  if h == nil then
+    local nl = string.find(event, "\n", 1, true)
+    h = cjson.decode(string.sub(event, 1, nl - 1))
+    headers[event_id] = h
+  end
+  return h
+end
+
 local out = {}
+local leases = {}
 local n = 0
 for i, id in ipairs(ids) do
-  redis.call("ZREM", KEYS[1], id)
   local dkey = dlv_prefix .. id
-  local f = redis.call("HMGET", dkey, "event_id", "endpoint_id", "max_attempts")
+  local f = redis.call("HMGET", dkey, "status", "event_id", "endpoint_id", "max_attempts")
+  local token = ARGV[5] .. i
+  local event_id, endpoint_id, max, attempts, event
   if f[1] then
-    local token = ARGV[5] .. i
-    local attempts = redis.call("HINCRBY", dkey, "attempts", 1)
+    event_id = f[2] or ("evt_" .. string.sub(id, 5, 28) .. "00")
+    endpoint_id = f[3]
+    event = redis.call("GET", evt_prefix .. event_id) or ""
+    attempts = redis.call("HINCRBY", dkey, "attempts", 1)
     redis.call("HSET", dkey, "status", "delivering", "claim", token, "worker", ARGV[6],
       "lease_until", lease_until, "updated_at", now)
-    redis.call("ZADD", KEYS[2], lease_until, id)
-    -- the event (relay/domain/eventrecord.py): a header line, then the body sent
-    local event = redis.call("GET", evt_prefix .. f[1])
-    local body = nil
-    if event then
-      local nl = string.find(event, "\n", 1, true)
-      body = nl and string.sub(event, nl + 1) or nil
+    max = f[4] or (event ~= "" and header_of(event_id, event).max_attempts) or attempts
+  else
+    -- as published: the id is the event's 24 characters and its index (two base32)
+    event_id = "evt_" .. string.sub(id, 5, 28) .. "00"
+    event = redis.call("GET", evt_prefix .. event_id)
+    local h = event and header_of(event_id, event)
+    local hi = string.find(B32, string.sub(id, 29, 29), 1, true)
+    local lo = string.find(B32, string.sub(id, 30, 30), 1, true)
+    endpoint_id = h and hi and lo and h.d[(hi - 1) * 32 + lo]
+    if type(endpoint_id) == "string" then
+      attempts = 1
+      max = h.max_attempts
+      redis.call("HSET", dkey, "endpoint_id", endpoint_id, "app", h.app, "type", h.type,
+        "status", "delivering", "attempts", 1, "claim", token, "worker", ARGV[6],
+        "lease_until", lease_until, "updated_at", now)
+    else
+      event = nil  -- no such delivery (its event is gone): dropped from due, as before
     end
+  end
+  if event then
     n = n + 1
+    leases[#leases + 1] = lease_until
+    leases[#leases + 1] = id
     out[#out + 1] = id
     out[#out + 1] = token
     out[#out + 1] = attempts
-    out[#out + 1] = f[3]
-    out[#out + 1] = f[1]
-    out[#out + 1] = f[2]
-    out[#out + 1] = body or ""
+    out[#out + 1] = max
+    out[#out + 1] = event_id
+    out[#out + 1] = endpoint_id
+    out[#out + 1] = event
   end
+end
+if #leases > 0 then
+  redis.call("ZADD", KEYS[2], unpack(leases))
 end
 
 local head = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")

@@ -39,8 +39,7 @@ for i = 1, n do
       redis.call("ZREM", KEYS[3], lane)
       local nxt = redis.call("LINDEX", lane_key, 0)
       if nxt then
-        redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "next_attempt_at", now,
-          "updated_at", now)
+        redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "updated_at", now)
         redis.call("ZREM", KEYS[2], nxt)
         redis.call("ZADD", KEYS[1], now, nxt)
         wake = true
@@ -48,7 +47,8 @@ for i = 1, n do
     end
     res[i] = "ok"
   else
-    res[i] = f[1] or ""
+    -- no hash: as published, pending if it is due (layout v3), else unknown
+    res[i] = f[1] or (redis.call("ZSCORE", KEYS[1], id) and "pending") or ""
   end
 end
 if wake then redis.call("PUBLISH", ARGV[1], "due") end

@@ -46,8 +46,7 @@ local function lane_next(lane, id)
   if nxt then
     local t = redis.call("TIME")
     local now = t[1] * 1000 + math.floor(t[2] / 1000)
-    redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "next_attempt_at", now,
-      "updated_at", now)
+    redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "updated_at", now)
     redis.call("ZREM", KEYS[5], nxt)
     redis.call("ZADD", KEYS[4], now, nxt)
     promoted = true
@@ -69,15 +68,27 @@ end
 
 -- True when the event (relay/domain/eventrecord.py: a header line, then its body) keeps
 -- none of the deliveries its header lists, counting those this sweep removes (`dying`)
--- as gone. An event already gone is not counted as an event removed.
-local function last_of_event(ekey, dying)
+-- as gone. An event already gone is not counted as an event removed. A delivery listed
+-- by its endpoint alone has the id derived from the event's (relay/domain/ids.py), and
+-- no hash until its first claim: it is kept while it is due.
+local B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+local function last_of_event(event_id, ekey, dying)
   local event = redis.call("GET", ekey)
   if not event then return false end
   local nl = string.find(event, "\n", 1, true)
   local header = cjson.decode(string.sub(event, 1, nl - 1))
-  for _, pair in ipairs(header.d) do
-    local other = pair[1]
-    if not dying[other] and redis.call("EXISTS", dlv_prefix .. other) == 1 then
+  local stem = "dlv_" .. string.sub(event_id, 5, 28)
+  for i, entry in ipairs(header.d) do
+    local other
+    if type(entry) == "string" then
+      local j = i - 1
+      local hi, lo = math.floor(j / 32) + 1, j % 32 + 1
+      other = stem .. string.sub(B32, hi, hi) .. string.sub(B32, lo, lo)
+    else
+      other = entry[1]
+    end
+    if not dying[other] and (redis.call("EXISTS", dlv_prefix .. other) == 1
+        or redis.call("ZSCORE", KEYS[4], other)) then
       return false
     end
   end
@@ -97,6 +108,7 @@ local function sweep(zkey, cutoff)
   for _, id in ipairs(ids) do
     local dkey = dlv_prefix .. id
     local f = redis.call("HMGET", dkey, "event_id", "endpoint_id", "lane")
+    f[1] = f[1] or ("evt_" .. string.sub(id, 5, 28) .. "00")  -- derived (ids.py)
     if f[3] then lane_next(f[3], id) end
     doomed[#doomed + 1] = dkey
     doomed[#doomed + 1] = log_prefix .. id
@@ -110,7 +122,7 @@ local function sweep(zkey, cutoff)
     end
     if f[1] and not gone[f[1]] then
       local ekey = evt_prefix .. f[1]
-      if last_of_event(ekey, dying) then
+      if last_of_event(f[1], ekey, dying) then
         gone[f[1]] = true
         doomed[#doomed + 1] = ekey
         gone_events[#gone_events + 1] = f[1]

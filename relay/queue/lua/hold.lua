@@ -22,7 +22,7 @@ for i = 1, n do
   local id = ARGV[1 + n + i]
   if redis.call("HGET", dkey, "claim") == ARGV[1 + i] then
     redis.call("HINCRBY", dkey, "attempts", -1)
-    redis.call("HDEL", dkey, "claim", "lease_until", "next_attempt_at")
+    redis.call("HDEL", dkey, "claim", "lease_until")
     redis.call("HSET", dkey, "status", "held", "held", "endpoint_disabled", "updated_at", now)
     redis.call("ZREM", KEYS[1], id)
     redis.call("ZADD", KEYS[2], now, id)

@@ -8,23 +8,29 @@
 -- KEYS[4]  deliveries index (zset)     ShardKeys.deliveries
 -- KEYS[5..4+2n] per delivery, two keys: ShardKeys.delivery(id), ShardKeys.endpoint_index(ep)
 -- KEYS[5+2n] queued index (zset)      ShardKeys.queued (ordered lanes: waiting behind a head)
--- (Layout v1's events index is gone: nothing read it; the event key is the event.)
 --
 -- ARGV[1]  "1" when an Idempotency-Key guards this publish
 -- ARGV[2]  idempotency value (JSON: body hash + first answer)
 -- ARGV[3]  idempotency TTL, ms
 -- ARGV[4]  event id   ARGV[5] type   ARGV[6] app
--- ARGV[7]  the event as stored: its header line, a newline, the body (exact bytes sent);
---          relay/domain/eventrecord.py, which also holds the filtered and tp it had
--- ARGV[8]  created_at, ms        ARGV[9] max attempts
--- ARGV[10] wake channel          ARGV[11] "" (layout v1's deliveries JSON: in ARGV[7] now)
+-- ARGV[7]  the event as stored: its header line, a newline, the body (exact bytes sent,
+--          maybe compressed); relay/domain/eventrecord.py
+-- ARGV[8]  created_at, ms        ARGV[9] "" (layout v2's max attempts: in the header now)
+-- ARGV[10] wake channel          ARGV[11] ""
 -- ARGV[12] retention, ms: an event with no delivery is not indexed and expires after it
 -- ARGV[13] n, the number of deliveries
--- ARGV[14..13+2n] per delivery, two values: delivery id, endpoint id
--- ARGV[14+2n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
--- ARGV[15+2n..14+4n] (only with a lane prefix) per delivery, two values: its lane
+-- ARGV[14..13+3n] per delivery, three values: delivery id, endpoint id, and "1" when its
+--          id does not derive from the event's (relay/domain/ids.py), else ""
+-- ARGV[14+3n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
+-- ARGV[15+3n..14+5n] (only with a lane prefix) per delivery, two values: its lane
 --          ("" unordered; else <endpoint_id> or <endpoint_id>:<ordering_key>) and
 --          "skip" | "block" (what its lane does when it goes dead)
+--
+-- Layout v3: a delivery as published has no hash. Its id says its event and its place in
+-- the event's header, which names its endpoint, so "pending, attempts 0" is all there is
+-- to say, and the due queue says it; claim.lua writes the hash at its first claim. A
+-- delivery gets a hash here only when it has more to keep: an ordered one (its lane) or
+-- one whose id does not derive from the event's (its event id).
 --
 -- Ordered lanes: an ordered delivery is appended to its lane (a list, publish order);
 -- only the lane's head is pending and in due; the others are "queued" (in the queued
@@ -54,38 +60,51 @@ if n > 0 then
   redis.call("SET", KEYS[2], ARGV[7])
 else -- no delivery will ever expire it, so it carries its own TTL
   redis.call("SET", KEYS[2], ARGV[7], "PX", ARGV[12])
+  return {1}
 end
 
 -- Wake sleeping workers only when nothing was due yet: a busy queue is being drained.
-local head = redis.call("ZRANGE", KEYS[3], 0, 0, "WITHSCORES")
-local wake = (head[2] == nil) or (tonumber(head[2]) > now)
+local first = redis.call("ZRANGE", KEYS[3], 0, 0, "WITHSCORES")
+local wake = (first[2] == nil) or (tonumber(first[2]) > now)
 
-local lane_prefix = ARGV[14 + 2 * n]
+-- One ZADD for many members (in chunks: Lua's unpack has a stack limit).
+local function zadd_all(key, pairs)
+  for i = 1, #pairs, 1000 do
+    redis.call("ZADD", key, unpack(pairs, i, math.min(i + 999, #pairs)))
+  end
+end
+
+local lane_prefix = ARGV[14 + 3 * n]
+local due, all = {}, {}
 for i = 1, n do
   local dkey = KEYS[3 + 2 * i]
-  local ekey = KEYS[4 + 2 * i]
-  local did = ARGV[12 + 2 * i]
-  local eid = ARGV[13 + 2 * i]
-  local lane = lane_prefix ~= "" and ARGV[13 + 2 * n + 2 * i] or ""
+  local b = 13 + 3 * (i - 1)
+  local did, eid, explicit = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3] == "1"
+  local lane = lane_prefix ~= "" and ARGV[13 + 3 * n + 2 * i] or ""
   local head = true
   if lane ~= "" then  -- ordered: joins its lane; only the head goes to due
     head = redis.call("RPUSH", lane_prefix .. lane, did) == 1
-    redis.call("HSET", dkey, "lane", lane, "on_dead", ARGV[14 + 2 * n + 2 * i])
+    redis.call("HSET", dkey, "endpoint_id", eid, "app", ARGV[6], "type", ARGV[5],
+      "status", head and "pending" or "queued", "attempts", 0, "lane", lane,
+      "on_dead", ARGV[14 + 3 * n + 2 * i])
   end
-  redis.call("HSET", dkey, "id", did, "event_id", ARGV[4], "endpoint_id", eid,
-    "app", ARGV[6], "type", ARGV[5], "status", head and "pending" or "queued", "attempts", 0,
-    "max_attempts", ARGV[9], "created_at", created, "updated_at", now,
-    "next_attempt_at", now, "log_n", 0)
+  if explicit then
+    redis.call("HSET", dkey, "event_id", ARGV[4], "endpoint_id", eid, "app", ARGV[6],
+      "type", ARGV[5], "status", head and "pending" or "queued", "attempts", 0)
+  end
   if head then
-    redis.call("ZADD", KEYS[3], now, did)
+    due[#due + 1] = now
+    due[#due + 1] = did
   else
-    redis.call("HDEL", dkey, "next_attempt_at")
     redis.call("ZADD", KEYS[5 + 2 * n], created, did)
   end
-  redis.call("ZADD", KEYS[4], created, did)
-  redis.call("ZADD", ekey, created, did)
+  all[#all + 1] = created
+  all[#all + 1] = did
+  redis.call("ZADD", KEYS[4 + 2 * i], created, did)
 end
-if wake and n > 0 then
+if #due > 0 then zadd_all(KEYS[3], due) end
+zadd_all(KEYS[4], all)
+if wake and #due > 0 then
   redis.call("PUBLISH", ARGV[10], "due")
 end
 return {1}

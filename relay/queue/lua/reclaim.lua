@@ -16,6 +16,8 @@
 -- ARGV[3] limit   ARGV[4] wake channel (ShardKeys.wake)
 -- ARGV[5] lane key prefix (ShardKeys.lane_prefix)
 -- ARGV[6] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
+-- ARGV[7] event key prefix (ShardKeys.event_prefix): the attempt budget of a delivery
+--         whose hash has none is its event's (the header's max_attempts)
 --
 -- Ordered lanes: a reclaimed head stays its lane's head (back in due, or, out of
 -- attempts, dead: then the lane moves on, or blocks, exactly as in record.lua).
@@ -25,6 +27,7 @@ local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local dlv_prefix = ARGV[1]
 local log_prefix = ARGV[2]
+local evt_prefix = ARGV[7]
 local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", now, "LIMIT", 0, tonumber(ARGV[3]))
 local back, dead, promoted = 0, 0, 0
 local res = {0, 0}
@@ -59,8 +62,7 @@ local function lane_dead(dkey, id)
   redis.call("LPOP", lane_key)
   local nxt = redis.call("LINDEX", lane_key, 0)
   if nxt then
-    redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "next_attempt_at", now,
-      "updated_at", now)
+    redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "updated_at", now)
     redis.call("ZREM", KEYS[5], nxt)
     redis.call("ZADD", KEYS[1], now, nxt)
     promoted = promoted + 1
@@ -69,7 +71,17 @@ end
 for _, id in ipairs(ids) do
   if redis.call("ZREM", KEYS[2], id) == 1 then
     local dkey = dlv_prefix .. id
-    local f = redis.call("HMGET", dkey, "attempts", "max_attempts", "worker")
+    local f = redis.call("HMGET", dkey, "attempts", "max_attempts", "worker", "event_id")
+    if f[1] and not f[2] then
+      local event_id = f[4] or ("evt_" .. string.sub(id, 5, 28) .. "00")  -- ids.py
+      local event = redis.call("GET", evt_prefix .. event_id)
+      if event then
+        local nl = string.find(event, "\n", 1, true)
+        f[2] = cjson.decode(string.sub(event, 1, nl - 1)).max_attempts
+      else
+        f[2] = f[1]  -- its event is gone: nothing left to send
+      end
+    end
     if f[1] then
       local num = redis.call("HINCRBY", dkey, "log_n", 1)
       local err = "lease expired: worker " .. (f[3] or "?") .. " did not report an outcome"
@@ -80,13 +92,12 @@ for _, id in ipairs(ids) do
       redis.call("HSET", dkey, "last_error", err, "updated_at", now)
       if tonumber(f[1]) >= tonumber(f[2]) then
         redis.call("HSET", dkey, "status", "dead", "finished_at", now)
-        redis.call("HDEL", dkey, "next_attempt_at")
         redis.call("ZADD", KEYS[3], now, id)
         dead = dead + 1
         dead_tally(dkey, id)
         lane_dead(dkey, id)
       else
-        redis.call("HSET", dkey, "status", "pending", "next_attempt_at", now)
+        redis.call("HSET", dkey, "status", "pending")
         redis.call("ZADD", KEYS[1], now, id)
         back = back + 1
       end

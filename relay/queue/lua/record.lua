@@ -37,6 +37,13 @@
 -- A retry of a write that did run (its reply was lost to a timeout) finds its own token
 -- in "recorded" and changes nothing: 1, as the first time, no second log entry.
 --
+-- Layout v3 keeps what can be read elsewhere out of the hash: a finished delivery's
+-- finished_at and next_attempt_at are the scores of its index (succeeded, dead, due), and
+-- a first request that succeeded keeps no last_attempt_at, last_status_code, worker or
+-- last_error (a1 says when, what and who). Commands per outcome: one HMGET, one HSET, one HDEL (and the log's RPUSH
+-- but for a1); the ZREM from processing and the ZADDs to due, succeeded and dead are one
+-- command each for the whole batch.
+--
 -- Returns one integer per item: 1 recorded, 0 fenced (claim superseded).
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -52,8 +59,7 @@ local tally_prefix = ARGV[5 + 8 * n]
 
 -- Operational events: a dead letter is counted in its endpoint's tally in this shard
 -- (relay/connectors/opsevents.py cuts ripe tallies into delivery.dead summaries).
-local function dead_tally(dkey, id)
-  local ep = redis.call("HGET", dkey, "endpoint_id")
+local function dead_tally(ep, id)
   if not ep then return end
   local tk = tally_prefix .. ep
   redis.call("ZADD", tally_index, "NX", now, ep)
@@ -71,8 +77,7 @@ local function lane_next(lane, id)
   redis.call("ZREM", blocked, lane)
   local nxt = redis.call("LINDEX", lane_key, 0)
   if nxt then
-    redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "next_attempt_at", now,
-      "updated_at", now)
+    redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "updated_at", now)
     redis.call("ZREM", queued, nxt)
     local head = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
     if head[2] == nil or tonumber(head[2]) > now then wake = true end
@@ -81,76 +86,120 @@ local function lane_next(lane, id)
 end
 
 -- A head that reached succeeded or dead: promote the next one, or block the lane.
-local function lane_done(dkey, id, outcome, err)
-  local f = redis.call("HMGET", dkey, "lane", "on_dead")
-  if not f[1] or redis.call("LINDEX", lane_prefix .. f[1], 0) ~= id then return end
-  if outcome == "dead" and f[2] == "block" and err ~= "endpoint_deleted" then
+local function lane_done(dkey, id, lane, on_dead, outcome, err)
+  if not lane or redis.call("LINDEX", lane_prefix .. lane, 0) ~= id then return end
+  if outcome == "dead" and on_dead == "block" and err ~= "endpoint_deleted" then
     redis.call("HSET", dkey, "blocking", "1")
-    redis.call("ZADD", blocked, now, f[1])
+    redis.call("ZADD", blocked, now, lane)
   else
-    lane_next(f[1], id)
+    lane_next(lane, id)
   end
 end
 
+-- One command for many members (in chunks: Lua's unpack has a stack limit).
+local function zrem_all(key, members)
+  for i = 1, #members, 1000 do
+    redis.call("ZREM", key, unpack(members, i, math.min(i + 999, #members)))
+  end
+end
+local function zadd_all(key, pairs)
+  for i = 1, #pairs, 1000 do
+    redis.call("ZADD", key, unpack(pairs, i, math.min(i + 999, #pairs)))
+  end
+end
+
+local done, retry_at, ok_at, dead_at = {}, {}, {}, {}
+local earliest = nil
 for i = 1, n do
   local dkey = KEYS[3 + 2 * i]
   local lkey = KEYS[4 + 2 * i]
   local b = 2 + (i - 1) * 8
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-  local entry = ARGV[b + 7]
-  local mine = redis.call("HGET", dkey, "claim") == token
-  if not mine and redis.call("HGET", dkey, "recorded") == token then
+  local code, err, entry = ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
+  local f = redis.call("HMGET", dkey, "claim", "recorded", "lane", "on_dead", "log_n",
+    "endpoint_id")
+  local mine = f[1] == token
+  if not mine and f[2] == token then
     res[i] = 1  -- this very outcome was written already: a retried write
   elseif outcome == "defer" then
     if mine then
       local at = now + tonumber(ARGV[b + 4])
       redis.call("HINCRBY", dkey, "attempts", -1)
       redis.call("HDEL", dkey, "claim", "lease_until")
-      redis.call("HSET", dkey, "status", "pending", "next_attempt_at", at, "updated_at", now,
-        "recorded", token)
-      redis.call("ZREM", KEYS[2], id)
-      redis.call("ZADD", KEYS[1], at, id)
+      redis.call("HSET", dkey, "status", "pending", "updated_at", now, "recorded", token)
+      done[#done + 1] = id
+      retry_at[#retry_at + 1] = at
+      retry_at[#retry_at + 1] = id
     end
     res[i] = mine and 1 or 0
   elseif not mine then
-    if redis.call("EXISTS", dkey) == 0 then
-      res[i] = 0
+    if not f[6] then
+      res[i] = 0  -- no such delivery (expired, or never was)
     else
       local num = redis.call("HINCRBY", dkey, "log_n", 1)
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',"fenced":true,' .. string.sub(entry, 2))
       res[i] = 0
     end
   else
-    local num = redis.call("HINCRBY", dkey, "log_n", 1)
+    local num = (tonumber(f[5]) or 0) + 1
+    local drop = {"claim", "lease_until", "next_attempt_at"}
     if num == 1 and outcome == "succeeded" and ARGV[b + 8] ~= "" then
-      redis.call("HSET", dkey, "a1", ARGV[b + 8])
+      -- the common case: the first request succeeded; a1 is its whole log, and says its
+      -- time, status code and worker
+      redis.call("HSET", dkey, "status", "succeeded", "updated_at", now, "recorded", token,
+        "a1", ARGV[b + 8], "log_n", 1)
+      drop[#drop + 1] = "worker"
+      drop[#drop + 1] = "last_error"
+      drop[#drop + 1] = "last_attempt_at"
+      drop[#drop + 1] = "last_status_code"
     else
+      if code == "" then drop[#drop + 1] = "last_status_code" end
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',' .. string.sub(entry, 2))
+      local set = {"status", outcome == "retry" and "pending" or outcome, "updated_at", now,
+        "last_attempt_at", now, "recorded", token, "log_n", num}
+      if code ~= "" then
+        set[#set + 1] = "last_status_code"
+        set[#set + 1] = code
+      end
+      if err ~= "" then
+        set[#set + 1] = "last_error"
+        set[#set + 1] = err
+      else
+        drop[#drop + 1] = "last_error"
+      end
+      if outcome == "dead" then
+        set[#set + 1] = "finished_at"
+        set[#set + 1] = now
+      end
+      redis.call("HSET", dkey, unpack(set))
     end
-    redis.call("ZREM", KEYS[2], id)
-    redis.call("HDEL", dkey, "claim", "lease_until")
-    redis.call("HSET", dkey, "status", outcome, "updated_at", now, "last_attempt_at", now,
-      "last_status_code", ARGV[b + 5], "last_error", ARGV[b + 6], "recorded", token)
+    redis.call("HDEL", dkey, unpack(drop))
+    done[#done + 1] = id
     if outcome == "retry" then
       local at = now + tonumber(ARGV[b + 4])
-      redis.call("HSET", dkey, "status", "pending", "next_attempt_at", at)
-      local head = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
-      if head[2] == nil or tonumber(head[2]) > at then wake = true end
-      redis.call("ZADD", KEYS[1], at, id)
+      if earliest == nil or at < earliest then earliest = at end
+      retry_at[#retry_at + 1] = at
+      retry_at[#retry_at + 1] = id
     elseif outcome == "succeeded" then
-      redis.call("HSET", dkey, "finished_at", now)
-      redis.call("HDEL", dkey, "next_attempt_at")
-      redis.call("ZADD", KEYS[3], now, id)
-      lane_done(dkey, id, outcome, "")
+      ok_at[#ok_at + 1] = now
+      ok_at[#ok_at + 1] = id
+      lane_done(dkey, id, f[3], f[4], outcome, "")
     else
-      redis.call("HSET", dkey, "finished_at", now)
-      redis.call("HDEL", dkey, "next_attempt_at")
-      redis.call("ZADD", KEYS[4], now, id)
-      dead_tally(dkey, id)
-      lane_done(dkey, id, outcome, ARGV[b + 6])
+      dead_at[#dead_at + 1] = now
+      dead_at[#dead_at + 1] = id
+      dead_tally(f[6], id)
+      lane_done(dkey, id, f[3], f[4], outcome, err)
     end
     res[i] = 1
   end
 end
+zrem_all(KEYS[2], done)
+if earliest ~= nil then  -- a retry due before anything else wakes the workers
+  local head = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
+  if head[2] == nil or tonumber(head[2]) > earliest then wake = true end
+end
+zadd_all(KEYS[1], retry_at)
+zadd_all(KEYS[3], ok_at)
+zadd_all(KEYS[4], dead_at)
 if wake then redis.call("PUBLISH", ARGV[1], "due") end
 return res

@@ -28,7 +28,7 @@ for i = 1, n do
       detail = "send interrupted by worker shutdown; handed back without charging an attempt"}))
     redis.call("HINCRBY", dkey, "attempts", -1)
     redis.call("HDEL", dkey, "claim", "lease_until")
-    redis.call("HSET", dkey, "status", "pending", "next_attempt_at", now, "updated_at", now)
+    redis.call("HSET", dkey, "status", "pending", "updated_at", now)
     redis.call("ZREM", KEYS[2], id)
     redis.call("ZADD", KEYS[1], now, id)
     res[i] = 1

@@ -27,6 +27,16 @@ local any = false
 local queued = KEYS[4 + n]
 local blocked = KEYS[5 + n]
 local lane_prefix = ARGV[4 + n]
+
+-- The creation time an id carries (relay/domain/ids.py: 10 base32 characters of ms).
+local B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+local function created_of(id)
+  local ms = 0
+  for k = 5, 14 do
+    ms = ms * 32 + string.find(B32, string.sub(id, k, k), 1, true) - 1
+  end
+  return ms
+end
 for i = 1, n do
   local dkey = KEYS[3 + i]
   local id = ARGV[3 + i]
@@ -36,7 +46,7 @@ for i = 1, n do
     redis.call("ZREM", KEYS[3], id)
     redis.call("HDEL", dkey, "finished_at")
     redis.call("HSET", dkey, "status", "pending", "attempts", 0, "max_attempts", ARGV[2],
-      "next_attempt_at", now, "updated_at", now, "replayed_at", now)
+      "updated_at", now, "replayed_at", now)
     redis.call("HINCRBY", dkey, "replays", 1)
     local lane = redis.call("HGET", dkey, "lane")
     local head = true
@@ -53,13 +63,13 @@ for i = 1, n do
       redis.call("ZADD", KEYS[1], now, id)
     else
       redis.call("HSET", dkey, "status", "queued")
-      redis.call("HDEL", dkey, "next_attempt_at")
-      redis.call("ZADD", queued, redis.call("HGET", dkey, "created_at"), id)
+      redis.call("ZADD", queued, created_of(id), id)
     end
     res[i] = "ok"
     any = true
   else
-    res[i] = status or ""
+    -- no hash: as published, pending if it is due (layout v3), else unknown
+    res[i] = status or (redis.call("ZSCORE", KEYS[1], id) and "pending") or ""
   end
 end
 if any then redis.call("PUBLISH", ARGV[1], "due") end

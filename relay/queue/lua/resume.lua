@@ -19,7 +19,7 @@ local ids = redis.call("ZRANGE", KEYS[1], 0, -1)
 for _, id in ipairs(ids) do
   local dkey = dlv_prefix .. id
   redis.call("HDEL", dkey, "held")
-  redis.call("HSET", dkey, "status", "pending", "next_attempt_at", now, "updated_at", now)
+  redis.call("HSET", dkey, "status", "pending", "updated_at", now)
   redis.call("ZADD", KEYS[2], now, id)
   redis.call("ZREM", KEYS[3], id)
 end

@@ -24,6 +24,10 @@
 -- in this same call, so each transition is recorded once across all workers
 -- (relay/connectors/opsevents.py publishes them into the ops app).
 --
+-- The breaker hash is read once (HMGET), the results applied to that copy in order, and
+-- what changed written back once (one HSET, one HDEL when a field goes): a batch of
+-- successes to a healthy endpoint costs three commands, whatever its size.
+--
 -- Returns {state, consecutive failures, open_until, failing_since (ms or 0), last_success_at,
 --          ops entries appended}
 local t = redis.call("TIME")
@@ -40,49 +44,92 @@ local function ops_event(kind, fields)
   fields.at = now
   redis.call("RPUSH", KEYS[3], cjson.encode(fields))
 end
+
+-- The breaker, read once; changes are applied to this copy and written back at the end.
+local names = {"state", "failures", "last_success_at", "failing_since", "probe", "probe_until",
+  "probe_back", "open_until", "cooldown", "opened_at", "opened"}
+local got = redis.call("HMGET", b, unpack(names))
+local cur, dirty = {}, {}
+for i, k in ipairs(names) do cur[k] = got[i] end
+local function set(k, v)
+  v = tostring(v)
+  if cur[k] ~= v then
+    cur[k] = v
+    dirty[k] = true
+  end
+end
+local function del(...)
+  for _, k in ipairs({...}) do
+    if cur[k] then
+      cur[k] = false
+      dirty[k] = true
+    end
+  end
+end
+
+local tokens = {}
 for i = 1, n do
   local token = ARGV[3 + 2 * i]
   local verdict = ARGV[4 + 2 * i]
+  tokens[i] = token
   local sent = nil
   if string.sub(verdict, 1, 2) == "0@" then
     sent = tonumber(string.sub(verdict, 3))
     verdict = "0"
   end
-  redis.call("ZREM", KEYS[2], token)
-  local state = redis.call("HGET", b, "state") or "closed"
-  local is_probe = redis.call("HGET", b, "probe") == token
+  local state = cur.state or "closed"
+  local is_probe = cur.probe == token
   if verdict == "0" and sent and state == "closed" and not is_probe
-      and tonumber(redis.call("HGET", b, "last_success_at") or "0") > sent then
+      and tonumber(cur.last_success_at or "0") > sent then
     verdict = "-"  -- sent before the last success: no verdict on the endpoint's health
   end
   if verdict == "1" then
     if state ~= "closed" then
-      ops_event("endpoint.recovered", {opened_at = tonumber(redis.call("HGET", b, "opened_at"))})
+      ops_event("endpoint.recovered", {opened_at = tonumber(cur.opened_at)})
     end
-    redis.call("HSET", b, "state", "closed", "failures", 0, "last_success_at", now)
-    redis.call("HDEL", b, "probe", "probe_until", "probe_back", "open_until", "cooldown",
-      "failing_since")
+    set("state", "closed")
+    set("failures", 0)
+    set("last_success_at", now)
+    del("probe", "probe_until", "probe_back", "open_until", "cooldown", "failing_since")
   elseif verdict == "0" then
-    local failures = redis.call("HINCRBY", b, "failures", 1)
+    local failures = tonumber(cur.failures or "0") + 1
+    set("failures", failures)
     -- the first failure since the last success (or since an operator re-enabled it)
-    redis.call("HSETNX", b, "failing_since", now)
+    if not cur.failing_since then set("failing_since", now) end
     if state == "half_open" and is_probe then
-      local cooldown = math.min(tonumber(redis.call("HGET", b, "cooldown") or ARGV[2]) * 2,
-        tonumber(ARGV[3]))
-      redis.call("HSET", b, "state", "open", "cooldown", cooldown, "open_until", now + cooldown,
-        "opened_at", now)
-      redis.call("HDEL", b, "probe", "probe_until", "probe_back")
+      local cooldown = math.min(tonumber(cur.cooldown or ARGV[2]) * 2, tonumber(ARGV[3]))
+      set("state", "open")
+      set("cooldown", cooldown)
+      set("open_until", now + cooldown)
+      set("opened_at", now)
+      del("probe", "probe_until", "probe_back")
     elseif state == "closed" and failures >= threshold then
-      redis.call("HSET", b, "state", "open", "cooldown", ARGV[2],
-        "open_until", now + tonumber(ARGV[2]), "opened_at", now)
-      redis.call("HINCRBY", b, "opened", 1)
+      set("state", "open")
+      set("cooldown", ARGV[2])
+      set("open_until", now + tonumber(ARGV[2]))
+      set("opened_at", now)
+      set("opened", tonumber(cur.opened or "0") + 1)
       ops_event("endpoint.failing", {failures = failures, open_until = now + tonumber(ARGV[2])})
     end
   elseif is_probe then
     -- a neutral probe result (e.g. 429) lets the next probe go
-    redis.call("HDEL", b, "probe", "probe_until", "probe_back")
+    del("probe", "probe_until", "probe_back")
   end
 end
-local f = redis.call("HMGET", b, "state", "failures", "open_until", "failing_since",
-  "last_success_at")
-return {f[1] or "closed", f[2] or 0, f[3] or 0, f[4] or 0, f[5] or 0, ops}
+
+if n > 0 then redis.call("ZREM", KEYS[2], unpack(tokens)) end
+local write, gone = {}, {}
+for _, k in ipairs(names) do
+  if dirty[k] then
+    if cur[k] then
+      write[#write + 1] = k
+      write[#write + 1] = cur[k]
+    else
+      gone[#gone + 1] = k
+    end
+  end
+end
+if #write > 0 then redis.call("HSET", b, unpack(write)) end
+if #gone > 0 then redis.call("HDEL", b, unpack(gone)) end
+return {cur.state or "closed", cur.failures or 0, cur.open_until or 0, cur.failing_since or 0,
+  cur.last_success_at or 0, ops}

@@ -1,17 +1,17 @@
-"""Write ``tests/data/layout_v1.json``: a Redis populated by relay with key layout v1.
+"""Write ``tests/data/layout_<vN>.json``: a Redis populated by relay with key layout vN.
 
-Run against the last commit with layout v1 (issue 17 moved to v2), from a checkout of
-it, so the keys are exactly what that code wrote:
+Run against the last commit of an older layout, from a checkout of it, so the keys are
+exactly what that code wrote (layout v1: b578a53; v2: 2c4c814, before v3):
 
-    git worktree add /tmp/relay-v1 b578a53
-    PYTHONPATH=/tmp/relay-v1 .venv/bin/python scripts/layout_v1_fixture.py
+    git worktree add /tmp/relay-v2 2c4c814
+    PYTHONPATH=/tmp/relay-v2 .venv/bin/python scripts/layout_fixture.py
 
 (any path works: the script imports ``relay`` from PYTHONPATH first). It starts its own
 ``redis-server`` and a loopback receiver, publishes through ``Publisher`` and delivers
 through ``Worker`` (succeeded, retried then dead, ordered lanes, pending, an event no
 endpoint takes), then dumps every key with its type, TTL and value, and what the v1 code
 itself answered for every event and delivery: ``tests/test_migrate.py`` holds
-``relay migrate`` and the v2 code to those answers.
+``relay migrate`` and today's code to those answers.
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ import relay
 from relay.delivery.worker import Worker
 from relay.domain.schema import EventIn, endpoint_record
 from relay.publishing import Publisher
+from relay.queue import keys
 from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer, free_port
 from relay.settings import Settings
 
-OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "layout_v1.json"
+LAYOUT = getattr(keys, "LAYOUT", "v1")  # v1 had no such constant
+OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / f"layout_{LAYOUT}.json"
 
 
 async def dump(store: Store) -> list[dict[str, Any]]:
@@ -124,7 +126,7 @@ async def main() -> None:
                 deliveries[d["id"]] = await store.get_delivery(d["id"])
         pending = [d for d, rec in deliveries.items() if rec["status"] == "pending"]
         out = {
-            "written_by": "relay key layout v1 (scripts/layout_v1_fixture.py)",
+            "written_by": f"relay key layout {LAYOUT} (scripts/layout_fixture.py)",
             "prefix": settings.key_prefix,
             "shards": settings.shards,
             "receiver_paths": {name: eid for name, eid in eps.items()},
