@@ -9,7 +9,9 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import structlog
 from aiohttp import web
@@ -29,6 +31,8 @@ from relay.queue.store import Claimed, Store, connect
 from relay.redisproc import RedisServer, free_port
 from relay.settings import DEV_REDIS_RECORD, Settings
 
+T = TypeVar("T")
+
 log = structlog.get_logger("relay")
 
 
@@ -38,19 +42,19 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-async def _start_store(store: Store, stop: asyncio.Event) -> bool:
-    """Load the scripts, waiting while Redis is down or loading (a process started or
-    restarted during a Redis restart waits for it rather than exiting). False: stopped."""
+async def _until_up(stop: asyncio.Event, ask: Callable[[], Awaitable[T]]) -> tuple[bool, T | None]:
+    """``ask()``, again while Redis is down or loading (a process started or restarted
+    during a Redis restart or a failover waits for it rather than exiting):
+    ``(True, its answer)``, or ``(False, None)`` when stopped first."""
     delay = 0.1
     while True:
         try:
-            await store.start()
-            return True
+            return True, await ask()
         except NOT_UP as exc:
             log.warning("redis.unavailable", error=str(exc), retry_in_s=delay)
         try:
             await asyncio.wait_for(stop.wait(), delay)
-            return False
+            return False, None
         except TimeoutError:
             delay = min(delay * 2, 2.0)
 
@@ -127,12 +131,17 @@ async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> Non
     stop = asyncio.Event()
     _stop_on_signals(stop)
     store = Store(connect(settings), settings)
-    if not await _start_store(store, stop):
+    up, _ = await _until_up(stop, store.start)  # the scripts loaded
+    if not up:
         await store.close()
         return
     try:
         await check_redis(store)
-        old = await store.legacy_left()
+        # never run on a Redis that could not be checked for an older layout
+        up, old = await _until_up(stop, store.legacy_left)
+        if not up:
+            await store.close()
+            return
         if old:
             raise RedisRefused(
                 f"it holds relay's key layout {old} under the prefix {settings.key_prefix!r}:"

@@ -49,7 +49,9 @@ def analyze(
             if why:
                 lost_claims[j] = why
             if e.get("error") == "lease_expired" and e.get("worker") in killed:
-                finished = int(row["row"].get("finished_at") or 0) / 1000
+                # layout v3: a succeeded delivery finished when it was last updated
+                kept = row["row"]
+                finished = int(kept.get("finished_at") or kept.get("updated_at") or 0) / 1000
                 orphans.setdefault(e["worker"], []).append(finished)
         sent = copies.get(row["event"], [])
         if len(sent) <= 1:

@@ -23,7 +23,6 @@ import fakeredis
 import pytest
 from aiohttp import web
 
-from relay.domain import ids
 from relay.queue.store import Store, connect
 from relay.redisproc import RedisCluster, RedisServer, SlotControl, free_port, redis_binary
 from relay.settings import Settings
@@ -268,22 +267,12 @@ __all__ = ["Path", "Receiver", "RedisHandle", "event_ids", "make_settings"]
 
 
 async def event_ids(store: Store, shard: int | None = None) -> list[str]:
-    """The ids of the events kept in Redis that have deliveries (one shard, or all).
-    Layout v2 keeps no index of events (v1's was written and never read), so they are
-    read off the deliveries index: no SCAN of the session's shared keyspace. A delivery
-    of layout v3 names its event by its id (relay.domain.ids), and one moved from v2 in
-    its hash."""
+    """The ids of the events kept in Redis that have deliveries (one shard, or all): the
+    events index of layout v3, each checked against its event key."""
     shards = store.keys.all_shards() if shard is None else [store.keys.shard(shard)]
     found: set[str] = set()
     for sk in shards:
-        delivery_ids = await store.redis.zrange(sk.deliveries, 0, -1)
-        async with store.redis.pipeline(transaction=False) as pipe:
-            for d in delivery_ids:
-                pipe.hget(sk.delivery(d), "event_id")
-            named = await pipe.execute()
-        events = {
-            e or (ids.derived(d) or ("", 0))[0] for d, e in zip(delivery_ids, named, strict=True)
-        }
+        events = set(await store.redis.zrange(sk.events, 0, -1))
         async with store.redis.pipeline(transaction=False) as pipe:
             for e in sorted(events):
                 pipe.exists(sk.event(e))

@@ -114,11 +114,17 @@ async def test_migrate_moves_everything_and_today_s_code_reads_it_as_the_old_did
     assert dry.keys == total and len(await _keys(store, old)) == total  # nothing changed
 
     done = await store.migrate()
-    indexes = [r for r in DATA["keys"] if r["key"].endswith(":events")]  # v1's, not v3's
+    # v1's events index and the old deliveries indexes go; v3's events index is made
+    dropped = [r for r in DATA["keys"] if r["key"].endswith((":events", ":deliveries"))]
     assert (done.keys, done.events, done.already) == (total, len(DATA["events"]) + 1, 0)
-    assert done.dropped == len(indexes) == (DATA["shards"] if old == "v1" else 0)
+    assert done.dropped == len(dropped) == DATA["shards"] * (2 if old == "v1" else 1)
     assert await _keys(store, old) == []
-    assert len(await _keys(store, "v3")) == total - len(indexes)
+    made = [k for k in await _keys(store, "v3") if k.endswith(":events")]
+    assert len(await _keys(store, "v3")) == total - len(dropped) + len(made)
+    indexed: dict[str, float] = {}
+    for key in made:
+        indexed.update(await store.redis.zrange(key, 0, -1, withscores=True))
+    assert indexed == {e: float(ev["created_at"]) for e, ev in DATA["events"].items()}
     assert await store.legacy_left() is None
     assert (await store.migrate()).keys == 0  # run again: nothing left to move
 

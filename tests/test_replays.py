@@ -79,7 +79,7 @@ async def seed(
                 fields["finished_at"] = at
             pipe.hset(sk.delivery(dlv), mapping=fields)
             pipe.zadd(sk.dead if status == "dead" else sk.succeeded, {dlv: at})
-            pipe.zadd(sk.deliveries, {dlv: at})
+            pipe.zadd(sk.events, {event_id: at})
             pipe.zadd(sk.endpoint_index(ep), {dlv: at})
             made.append(dlv)
             if i % 2000 == 1999:

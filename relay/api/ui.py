@@ -71,7 +71,7 @@ class Series(BaseModel):
     minute_ms: list[int] = Field(description="start of each minute, ms since the epoch")
     succeeded: list[int] = Field(description="deliveries that succeeded in that minute")
     dead: list[int] = Field(description="deliveries that went dead in that minute")
-    created: list[int] = Field(description="deliveries created (published) in that minute")
+    created: list[int] = Field(description="events published in that minute (with deliveries)")
 
 
 class OverviewOut(BaseModel):

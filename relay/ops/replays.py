@@ -213,18 +213,7 @@ class ReplayRunner:
                 if not moved:
                     await asyncio.sleep(0.05)
         except asyncio.CancelledError:
-            # This worker stops: save what it did and let the lease go at once, so another
-            # worker goes on without waiting for it to run out. (Killed, it just runs out.)
-            with contextlib.suppress(Exception):
-                await asyncio.shield(
-                    self.store.replay_job(
-                        "save",
-                        replay_id,
-                        owner=self.owner,
-                        lease_ms=0,
-                        fields=job.fields("running"),
-                    )
-                )
+            await self._hand_over(replay_id, job)
             raise
         except Exception as exc:
             log.warning("replay.step_failed", replay_id=replay_id, error=str(exc)[:200])
@@ -233,6 +222,19 @@ class ReplayRunner:
             fields = {**job.fields("failed"), "error": f"{type(exc).__name__}: {exc}"[:300]}
             await self.store.replay_job(
                 "save", replay_id, owner=self.owner, lease_ms=self.lease_ms, fields=fields
+            )
+            return
+        # stopped: seen by the loop before the cancel of run() reached this task
+        await self._hand_over(replay_id, job)
+
+    async def _hand_over(self, replay_id: str, job: Job) -> None:
+        """This worker stops: save what it did and let the lease go at once, so another
+        worker goes on without waiting for it to run out. (Killed, it just runs out.)"""
+        with contextlib.suppress(Exception):
+            await asyncio.shield(
+                self.store.replay_job(
+                    "save", replay_id, owner=self.owner, lease_ms=0, fields=job.fields("running")
+                )
             )
 
     async def step(self, job: Job) -> bool:

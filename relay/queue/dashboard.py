@@ -29,7 +29,7 @@ class Dashboard(StoreBase):
         out = {"succeeded": [0] * minutes, "dead": [0] * minutes, "created": [0] * minutes}
         for sk in self.keys.all_shards():
             async with self.redis.pipeline(transaction=False) as pipe:
-                for key in (sk.succeeded, sk.dead, sk.deliveries):
+                for key in (sk.succeeded, sk.dead, sk.events):
                     for start in starts:
                         pipe.zcount(key, start, f"({start + 60_000}")
                 counts = await pipe.execute()

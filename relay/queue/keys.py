@@ -21,7 +21,7 @@ key                                        type    holds
 ``relay:v3:{s0}:succeeded``                zset    succeeded delivery ids, score = finish time
 ``relay:v3:{s0}:dead``                     zset    dead delivery ids, score = time of death
 ``relay:v3:{s0}:held``                     zset    held delivery ids, score = when held
-``relay:v3:{s0}:deliveries``               zset    every delivery id, score = created (ms)
+``relay:v3:{s0}:events``                   zset    every event id with deliveries, score = created
 ``relay:v3:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
 ``relay:v3:{s0}:held:<endpoint_id>``       zset    held delivery ids of that endpoint (for resume)
 ``relay:v3:{s0}:lane:<lane>``              list    an ordered lane's delivery ids, head first
@@ -66,7 +66,8 @@ from dataclasses import dataclass
 # and its body (relay/domain/eventrecord.py), not a hash, and v1's events index (written,
 # never read) is gone. v3 (issue 17): a delivery's id derives from its event's
 # (relay/domain/ids.py), so a delivery has no hash until its first claim; the hash keeps
-# only what no id, index score or event header holds; the body is stored compressed.
+# only what no id, index score or event header holds; the body is stored compressed; the
+# index of everything lists events, not deliveries (``events``, where v2 had ``deliveries``).
 # ``relay migrate`` moves a Redis written by v1 or v2 to v3 (relay/queue/migrate.py).
 LAYOUT = "v3"
 
@@ -100,8 +101,10 @@ class ShardKeys:
         return self.base + "held"
 
     @property
-    def deliveries(self) -> str:
-        return self.base + "deliveries"
+    def events(self) -> str:
+        """Every event with deliveries, score = created (ms): the listing of every
+        delivery (an event's are in its header), one entry however many endpoints."""
+        return self.base + "events"
 
     @property
     def stats(self) -> str:

@@ -4,11 +4,13 @@ Layouts v1 and v2 -> v3 (issue 17): every key keeps its name but for the layout 
 (``relay:v2:{s0}:dlv:...`` becomes ``relay:v3:{s0}:dlv:...``: the same hash tag, so the
 same cluster slot), and an event (v1: a hash; v2: a string without ``max_attempts``, its
 deliveries listed with their ids, the body as it is) becomes the string of
-:mod:`relay.domain.eventrecord`, its body compressed. v1's ``events`` index (written,
-never read) is deleted. Every other key is copied as it is (``DUMP`` then ``RESTORE``
-with its TTL), then the old key is deleted: delivery hashes too, which layout v3 reads
-as they are (their ids do not derive from their event's, so they keep naming it; what
-v3 takes from an index score instead, such as ``next_attempt_at``, is read from there).
+:mod:`relay.domain.eventrecord`, its body compressed, and is added to v3's ``events``
+index. The old indexes v3 has not are deleted: v1's ``events`` (written, never read) and
+the ``deliveries`` index of v1 and v2 (v3 indexes events). Every other key is copied as
+it is (``DUMP`` then ``RESTORE`` with its TTL), then the old key is deleted: delivery
+hashes too, which layout v3 reads as they are (their ids do not derive from their
+event's, so they keep naming it; what v3 takes from an index score instead, such as
+``next_attempt_at``, is read from there).
 
 Key by key, each copied before its old key goes, and idempotent: a run cut short is run
 again, and a key already under v3 is not written twice (the copy is skipped, the old key
@@ -28,10 +30,13 @@ from redis.exceptions import ResponseError
 
 from relay.domain import eventrecord
 from relay.queue.base import StoreBase
-from relay.queue.keys import LAYOUT, Keys
+from relay.queue.keys import LAYOUT, Keys, ShardKeys
 
 OLD = ("v1", "v2")
-DROPPED = {"events"}  # v1's events index: written, never read; v2 and v3 keep none
+# Indexes v3 rebuilds rather than copies: v1's events index (written, never read), and
+# v1's and v2's deliveries index (v3's ``events`` lists events: each event moved is
+# indexed as it is moved).
+DROPPED = {"events", "deliveries"}
 
 
 @dataclass
@@ -52,7 +57,7 @@ class Migration(StoreBase):
             old = Keys(self.settings.key_prefix, self.settings.shards, layout=layout)
             keys = [old.endpoints, old.event_types, old.api_keys, old.replay_jobs]
             for sk in old.all_shards():
-                keys += [sk.deliveries, sk.due, sk.processing]
+                keys += [sk.due, sk.processing, sk.succeeded]
             probes += [(layout, k) for k in keys]
         async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
             for _, key in probes:
@@ -120,6 +125,11 @@ class Migration(StoreBase):
             if progress is not None:
                 progress(done)
 
+    def _shard_of(self, key: str) -> ShardKeys:
+        """The shard keys of a key under ``{sN}`` of this layout."""
+        tag = key[key.index("{") + 1 : key.index("}")]
+        return self.keys.shard(int(tag[1:]))
+
     async def _event_v3(self, key: str) -> bytes | None:
         """An event of layout v1 (a hash) or v2 (a string) as this layout stores it."""
         if await self.redis.type(key) == "hash":  # v1
@@ -167,6 +177,11 @@ class Migration(StoreBase):
             value = await self._event_v3(key)
             if value is None:
                 return None
+            header = eventrecord.header_of(value)
+            if header["d"]:  # indexed, like an event published with deliveries
+                event_id = _event_id(key)
+                created = eventrecord.created(event_id, header)
+                await self.redis.zadd(self._shard_of(target).events, {event_id: created})
             px = {"px": ttl} if ttl else {}
             copied = bool(await self.redis.set(target, value, nx=True, **px))
         else:

@@ -217,10 +217,12 @@ class Reads(StoreBase):
                     "succeeded": sk.succeeded,
                     "dead": sk.dead,
                 }[status]
-            return sk.deliveries
+            return sk.events  # events, each standing for its deliveries (_expand)
 
         # Each shard contributes up to limit + 1 matches, scanning at most `budget`
         # index entries; a shard cut short by the budget bounds how far this page may go.
+        # Rows are ordered, and the cursor made, by (created, delivery id) whatever the
+        # index: an event's deliveries share its score and the 24 characters of its id.
         found: list[tuple[float, str, dict[str, Any]]] = []
         cuts: list[tuple[float, str]] = []
         budget = max(limit * 10, 200)
@@ -241,9 +243,12 @@ class Reads(StoreBase):
                 )
                 offset += len(batch)
                 scanned += len(batch)
+                entries = [(s, m) for m, s in batch]
+                if key == sk.events:
+                    entries = await self._expand(sk, entries)
                 page = [
                     (s, m)
-                    for m, s in batch
+                    for s, m in entries
                     if after is None or s < after[0] or (s == after[0] and m < after[1])
                 ]
                 got = {r["id"]: r for r in await self.get_deliveries(sk, [m for _, m in page])}
@@ -255,7 +260,9 @@ class Reads(StoreBase):
                 if len(batch) <= limit or matched > limit:
                     break
                 if scanned >= budget:
-                    cuts.append((batch[-1][1], batch[-1][0]))
+                    last = batch[-1][1]  # the score of the last entry scanned
+                    gone = (last, "dlv_" + batch[-1][0][4:])  # its event went meanwhile
+                    cuts.append(min((e for e in entries if e[0] == last), default=gone))
                     break
         found.sort(key=lambda t: (t[0], t[1]), reverse=True)
         if cuts:
@@ -268,6 +275,22 @@ class Reads(StoreBase):
             s, m = max(cuts)
             return [r for _, _, r in found], encode_cursor(s, m)
         return [r for _, _, r in found], None
+
+    async def _expand(
+        self, sk: ShardKeys, events: list[tuple[float, str]]
+    ) -> list[tuple[float, str]]:
+        """``(score, event id)`` of the events index as ``(score, delivery id)`` of each of
+        their deliveries (from each event's header: one round trip)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _, e in events:
+                pipe.getrange(sk.event(e), 0, HEADER_READ - 1)
+            heads = await pipe.execute()
+        out: list[tuple[float, str]] = []
+        for (s, e), head in zip(events, heads, strict=True):
+            header = await self._header(sk, e, head)
+            if header is not None:
+                out += [(s, d) for d, _ in eventrecord.deliveries(e, header)]
+        return out
 
     async def stats(self) -> dict[str, Any]:
         """Counts by status, queue depth and the oldest due age, one pipeline per shard."""

@@ -49,9 +49,10 @@ class ReplayJobs(StoreBase):
         cursor: tuple[int, str] | None,
         limit: int,
     ) -> tuple[list[Scanned], bool]:
-        """The next ``limit`` entries of the shard's deliveries (or one endpoint's) created
-        in ``[since, until]`` after ``cursor`` (score, id); True when the range is done."""
-        index = sk.endpoint_index(endpoint_id) if endpoint_id else sk.deliveries
+        """The deliveries of the next ``limit`` entries of the shard's events index (or of
+        one endpoint's deliveries) created in ``[since, until]`` after ``cursor`` (score,
+        delivery id); True when the range is done."""
+        index = sk.endpoint_index(endpoint_id) if endpoint_id else sk.events
         res = await self.scripts.replay_scan(
             keys=[index],
             args=[
@@ -61,6 +62,7 @@ class ReplayJobs(StoreBase):
                 cursor[0] if cursor else "",
                 cursor[1] if cursor else "",
                 limit,
+                "" if endpoint_id else sk.event_prefix,
             ],
         )
         flat = res[1:]

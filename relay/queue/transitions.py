@@ -55,7 +55,7 @@ class Transitions(StoreBase):
         # Without an Idempotency-Key the script never touches KEYS[1]: the event key
         # stands in (a key of the same slot, so the call still names one slot).
         idem_key = sk.idempotency(app, idempotency[0]) if idempotency else event_key
-        keys = [idem_key, event_key, sk.due, sk.deliveries]
+        keys = [idem_key, event_key, sk.due, sk.events]
         args: list[Any] = [
             "1" if idempotency else "0",
             idempotency[1] if idempotency else "",
@@ -271,7 +271,7 @@ class Transitions(StoreBase):
         -1: none), with their logs, index entries and, with its last delivery, the event.
         """
         res = await self.scripts.expire(
-            keys=[sk.succeeded, sk.dead, sk.deliveries, sk.due, sk.queued, sk.blocked],
+            keys=[sk.succeeded, sk.dead, sk.events, sk.due, sk.queued, sk.blocked],
             args=[
                 sk.delivery_prefix,
                 sk.log_prefix,

@@ -122,7 +122,7 @@ window.relayKit = (() => {
       const g = svg(
         "g",
         { class: "minute" },
-        `${hhmm(series.minute_ms[i])}  ${ok} succeeded · ${dead} dead · ${created} published`,
+        `${hhmm(series.minute_ms[i])}  ${ok} succeeded · ${dead} dead · ${created} events published`,
       );
       g.append(svg("rect", { class: "hit", x: x(i), y: m.t, width: (W - m.l - m.r) / n, height: H - m.t - m.b }));
       if (ok) g.append(svg("rect", { class: "bar-ok", x: bx, width: bw, y: y(ok), height: y(0) - y(ok) }));

@@ -9,7 +9,7 @@
 -- either. Called by Store.expire_shard (relay/queue/transitions.py).
 --
 -- KEYS[1] succeeded (zset, score = finish time)   KEYS[2] dead (zset, score = time of death)
--- KEYS[3] deliveries index (zset)
+-- KEYS[3] events index (zset)   ShardKeys.events: an event leaves it with its last delivery
 -- ARGV[1] delivery key prefix        ShardKeys.delivery_prefix        (relay:v2:{s0}:dlv:)
 -- ARGV[2] attempt log prefix         ShardKeys.log_prefix             (relay:v2:{s0}:log:)
 -- ARGV[3] event key prefix           ShardKeys.event_prefix           (relay:v2:{s0}:evt:)
@@ -102,7 +102,6 @@ local function sweep(zkey, cutoff)
   if #ids == budget then more = 1 end
   budget = budget - #ids
   zrem_chunks(zkey, ids)
-  zrem_chunks(KEYS[3], ids)
   local doomed, by_endpoint, gone_events, gone, dying = {}, {}, {}, {}, {}
   for _, id in ipairs(ids) do dying[id] = true end
   for _, id in ipairs(ids) do
@@ -130,6 +129,7 @@ local function sweep(zkey, cutoff)
     end
   end
   del_chunks(doomed)
+  if #gone_events > 0 then zrem_chunks(KEYS[3], gone_events) end
   for endpoint_id, list in pairs(by_endpoint) do
     zrem_chunks(ep_prefix .. endpoint_id, list)
   end

@@ -5,7 +5,7 @@
 --          ARGV[1] == "1" (without an Idempotency-Key the event key again, untouched)
 -- KEYS[2]  event (string)              ShardKeys.event(event_id)
 -- KEYS[3]  due queue (zset)            ShardKeys.due
--- KEYS[4]  deliveries index (zset)     ShardKeys.deliveries
+-- KEYS[4]  events index (zset)         ShardKeys.events
 -- KEYS[5..4+2n] per delivery, two keys: ShardKeys.delivery(id), ShardKeys.endpoint_index(ep)
 -- KEYS[5+2n] queued index (zset)      ShardKeys.queued (ordered lanes: waiting behind a head)
 --
@@ -75,7 +75,7 @@ local function zadd_all(key, pairs)
 end
 
 local lane_prefix = ARGV[14 + 3 * n]
-local due, all = {}, {}
+local due = {}
 for i = 1, n do
   local dkey = KEYS[3 + 2 * i]
   local b = 13 + 3 * (i - 1)
@@ -98,12 +98,10 @@ for i = 1, n do
   else
     redis.call("ZADD", KEYS[5 + 2 * n], created, did)
   end
-  all[#all + 1] = created
-  all[#all + 1] = did
   redis.call("ZADD", KEYS[4 + 2 * i], created, did)
 end
 if #due > 0 then zadd_all(KEYS[3], due) end
-zadd_all(KEYS[4], all)
+redis.call("ZADD", KEYS[4], created, ARGV[4])
 if wake and #due > 0 then
   redis.call("PUBLISH", ARGV[10], "due")
 end

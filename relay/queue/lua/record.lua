@@ -117,7 +117,7 @@ for i = 1, n do
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local code, err, entry = ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
   local f = redis.call("HMGET", dkey, "claim", "recorded", "lane", "on_dead", "log_n",
-    "endpoint_id")
+    "endpoint_id", "event_id")
   local mine = f[1] == token
   if not mine and f[2] == token then
     res[i] = 1  -- this very outcome was written already: a retried write
@@ -142,16 +142,20 @@ for i = 1, n do
     end
   else
     local num = (tonumber(f[5]) or 0) + 1
-    local drop = {"claim", "lease_until", "next_attempt_at"}
+    local drop = {"claim", "lease_until"}
+    if f[7] then drop[#drop + 1] = "next_attempt_at" end  -- a hash of layout v2 keeps one
     if num == 1 and outcome == "succeeded" and ARGV[b + 8] ~= "" then
       -- the common case: the first request succeeded; a1 is its whole log, and says its
-      -- time, status code and worker
+      -- time, status code and worker (a first request leaves no other last_* field,
+      -- but in a hash of layout v2)
       redis.call("HSET", dkey, "status", "succeeded", "updated_at", now, "recorded", token,
         "a1", ARGV[b + 8], "log_n", 1)
       drop[#drop + 1] = "worker"
-      drop[#drop + 1] = "last_error"
-      drop[#drop + 1] = "last_attempt_at"
-      drop[#drop + 1] = "last_status_code"
+      if f[7] then
+        drop[#drop + 1] = "last_error"
+        drop[#drop + 1] = "last_attempt_at"
+        drop[#drop + 1] = "last_status_code"
+      end
     else
       if code == "" then drop[#drop + 1] = "last_status_code" end
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',' .. string.sub(entry, 2))
