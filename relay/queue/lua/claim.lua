@@ -20,7 +20,7 @@
 -- A delivery claimed for the first time has no hash yet (publish.lua writes none): its
 -- id names its event and its place in the event's header (relay/domain/ids.py), which
 -- names its endpoint, app, type and attempt budget; the hash starts here, in one HSET.
--- Commands per delivery: HMGET, GET and HSET (HINCRBY too once it has a hash); the ZREM
+-- Commands per delivery: EXISTS, GET and HSET (and HMGET once it has a hash); the ZREM
 -- from due and the ZADD to processing are one command each for the whole batch.
 --
 -- Returns {now, next_due or -1, next_lease_expiry or -1, n,
@@ -31,7 +31,8 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local dlv_prefix = ARGV[1]
 local evt_prefix = ARGV[2]
 local lease_until = now + tonumber(ARGV[4])
-local B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+local B32 = {}  -- Crockford base32 digit -> value (relay/domain/ids.py)
+for k = 1, 32 do B32[string.sub("0123456789ABCDEFGHJKMNPQRSTVWXYZ", k, k)] = k - 1 end
 
 local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", now, "LIMIT", 0, tonumber(ARGV[3]))
 if #ids > 0 then
@@ -50,30 +51,30 @@ local function header_of(event_id, event)
   return h
 end
 
-local out = {}
+local out = {now, -1, -1, 0}  -- the reply; its head is filled in last
 local leases = {}
 local n = 0
 for i, id in ipairs(ids) do
   local dkey = dlv_prefix .. id
-  local f = redis.call("HMGET", dkey, "status", "event_id", "endpoint_id", "max_attempts")
   local token = ARGV[5] .. i
   local event_id, endpoint_id, max, attempts, event
-  if f[1] then
-    event_id = f[2] or ("evt_" .. string.sub(id, 5, 28) .. "00")
-    endpoint_id = f[3]
+  if redis.call("EXISTS", dkey) == 1 then
+    local f = redis.call("HMGET", dkey, "event_id", "endpoint_id", "max_attempts", "attempts")
+    event_id = f[1] or ("evt_" .. string.sub(id, 5, 28) .. "00")
+    endpoint_id = f[2]
     event = redis.call("GET", evt_prefix .. event_id) or ""
-    attempts = redis.call("HINCRBY", dkey, "attempts", 1)
-    redis.call("HSET", dkey, "status", "delivering", "claim", token, "worker", ARGV[6],
-      "lease_until", lease_until, "updated_at", now)
-    max = f[4] or (event ~= "" and header_of(event_id, event).max_attempts) or attempts
+    attempts = (tonumber(f[4]) or 0) + 1
+    redis.call("HSET", dkey, "status", "delivering", "attempts", attempts, "claim", token,
+      "worker", ARGV[6], "lease_until", lease_until, "updated_at", now)
+    max = f[3] or (event ~= "" and header_of(event_id, event).max_attempts) or attempts
   else
     -- as published: the id is the event's 24 characters and its index (two base32)
     event_id = "evt_" .. string.sub(id, 5, 28) .. "00"
     event = redis.call("GET", evt_prefix .. event_id)
     local h = event and header_of(event_id, event)
-    local hi = string.find(B32, string.sub(id, 29, 29), 1, true)
-    local lo = string.find(B32, string.sub(id, 30, 30), 1, true)
-    endpoint_id = h and hi and lo and h.d[(hi - 1) * 32 + lo]
+    local hi = B32[string.sub(id, 29, 29)]
+    local lo = B32[string.sub(id, 30, 30)]
+    endpoint_id = h and hi and lo and h.d[hi * 32 + lo + 1]
     if type(endpoint_id) == "string" then
       attempts = 1
       max = h.max_attempts
@@ -103,6 +104,5 @@ end
 
 local head = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
 local lease = redis.call("ZRANGE", KEYS[2], 0, 0, "WITHSCORES")
-local res = {now, head[2] or -1, lease[2] or -1, n}
-for _, v in ipairs(out) do res[#res + 1] = v end
-return res
+out[2], out[3], out[4] = head[2] or -1, lease[2] or -1, n
+return out
