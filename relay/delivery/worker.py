@@ -10,7 +10,8 @@ first; there is no fixed polling tick.
 
 Shutdown (``stop`` event, e.g. SIGTERM): stop claiming, let sends in flight finish
 within ``shutdown_grace``, then cancel the rest and hand their claims back without
-charging an attempt. Outcome writes run under ``asyncio.shield``.
+charging an attempt. A send hands its outcome to the group commit and ends: the write
+runs in the recorder's task, which no cancellation of a send reaches.
 
 Its parts: claims (claim from a shard, when to look again), admission (which claimed
 sends go now), attempt (one send and its outcome), inflight (slots, slow sends), leases
@@ -21,6 +22,7 @@ sweeper and the metrics exporter run beside it (:func:`relay.runner.run_worker`)
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,7 +36,7 @@ from relay.delivery.admission import Admission
 from relay.delivery.attempt import Attempter, BeforeSend
 from relay.delivery.claims import Claims
 from relay.delivery.groupcommit import GroupCommit, log_failure
-from relay.delivery.inflight import SLOW_HEADROOM, Flight, InFlight
+from relay.delivery.inflight import SLOW_HEADROOM, Flight, InFlight, watch_slow
 from relay.delivery.leases import Leases
 from relay.delivery.stats import Stats
 from relay.endpoints.health import Health, Settled, Windows
@@ -112,6 +114,7 @@ class Worker:
         self._settler.start()
         heartbeat = asyncio.create_task(self._leases.heartbeat(), name="relay-heartbeat")
         listener = asyncio.create_task(self._listen(), name="relay-wake")
+        slow = asyncio.create_task(watch_slow(self._inflight), name="relay-slow")
         shards = self._claims.shards
         log.info("worker.started", worker=self.settings.worker_id, shards=len(shards))
         try:
@@ -120,7 +123,7 @@ class Worker:
             await self._leases.hand_back(self._recorder, self._settler)
             await self._recorder.stop()
             await self._settler.stop()
-            await stop_tasks(heartbeat, listener)
+            await stop_tasks(heartbeat, listener, slow)
             if self._own_session and self._session is not None:
                 await self._session.close()
             log.info("worker.stopped", worker=self.settings.worker_id)
@@ -173,19 +176,19 @@ class Worker:
     # ------------------------------------------------------------------ one delivery
 
     def _spawn(self, sk: ShardKeys, c: Claimed, endpoint: dict[str, Any] | None) -> None:
-        f = self._inflight.add(sk, c, endpoint)
+        now = time.monotonic()
+        slow_after = self._windows.slow_after(self._attempter.avg_ms.get(c.endpoint_id))
+        f = self._inflight.add(sk, c, endpoint, slow_at=now + slow_after)
         f.lease_until = self._claims.claim_started + self.settings.lease_seconds
         f.task = asyncio.create_task(self._deliver(f, endpoint))
 
     async def _deliver(self, f: Flight, endpoint: dict[str, Any] | None) -> None:
+        """Send, then hand the outcome (and the breaker verdict) to the group commits and
+        end: the flight keeps its slot until they are written (:meth:`_recorded`), and a
+        cancelled task can no longer cancel a write it handed over."""
         c = f.claim
         structlog.contextvars.bind_contextvars(
             delivery_id=c.id, event_id=c.event_id, endpoint_id=c.endpoint_id, attempt=c.attempts
-        )
-        slow_timer = asyncio.get_running_loop().call_later(
-            self._windows.slow_after(self._attempter.avg_ms.get(c.endpoint_id)),
-            self._inflight.mark_slow,
-            f,
         )
         try:
             sent_ms = int(time.time() * 1000)
@@ -199,26 +202,54 @@ class Worker:
             if endpoint is not None and verdict is not None:
                 settle = self._settler.submit(endpoint["id"], (c.token, verdict), deadline)
                 settle.add_done_callback(log_failure)  # retrieved even if never awaited
-            try:
-                result = await asyncio.shield(record)
-            except Exception as exc:
-                # Redis stayed unavailable until the lease was nearly over: the
-                # delivery will be reclaimed and sent again (at-least-once).
-                log.error("delivery.outcome_lost", error=str(exc) or type(exc).__name__)
-                return
-            if result == 0:
-                self.stats.fenced += 1
-                log.warning("delivery.fenced", detail="claim superseded; outcome logged only")
-            if settle is not None and endpoint is not None:
-                self._after_settle(endpoint, await asyncio.shield(settle))
         except asyncio.CancelledError:
+            self._finish(f)
             raise
         except Exception:
             log.exception("delivery.crashed")
+            self._finish(f)
+            return
+        # runs in this task's context: its log lines carry the delivery's ids
+        record.add_done_callback(functools.partial(self._recorded, f, settle))
+
+    def _recorded(self, f: Flight, settle: asyncio.Future[Any] | None, record: Any) -> None:
+        """The outcome's write is done: note a fenced one, then wait for the settle (if
+        any) before the flight gives up its slot."""
+        try:
+            exc = _failure(record)
+            if exc is not None:
+                # Redis stayed unavailable until the lease was nearly over: the
+                # delivery will be reclaimed and sent again (at-least-once).
+                log.error("delivery.outcome_lost", error=str(exc) or type(exc).__name__)
+            else:
+                if record.result() == 0:
+                    self.stats.fenced += 1
+                    log.warning("delivery.fenced", detail="claim superseded; outcome logged only")
+                if settle is not None:
+                    if settle.done():
+                        self._settled(f, settle)
+                    else:
+                        settle.add_done_callback(functools.partial(self._settled, f))
+                    return
+        except Exception:
+            log.exception("delivery.crashed")
+        self._finish(f)
+
+    def _settled(self, f: Flight, settle: asyncio.Future[Any]) -> None:
+        try:
+            exc = _failure(settle)
+            if exc is not None:
+                log.error("delivery.crashed", exc_info=exc)
+            elif f.endpoint is not None:
+                self._after_settle(f.endpoint, settle.result())
+        except Exception:
+            log.exception("delivery.crashed")
         finally:
-            slow_timer.cancel()
-            self._inflight.done(f)
-            self._attempter.spans.pop(c.token, None)
+            self._finish(f)
+
+    def _finish(self, f: Flight) -> None:
+        self._inflight.done(f)
+        self._attempter.spans.pop(f.claim.token, None)
 
     async def _record(self, sk: ShardKeys, outcomes: list[Outcome]) -> list[int]:
         """One group-committed ``record`` write; with tracing on, in a span linked to the
@@ -247,6 +278,13 @@ class Worker:
             self._disabling.add(e)
             task = asyncio.create_task(self.lifecycle.disable(e, s.failing_since))
             task.add_done_callback(lambda _: self._disabling.discard(e))
+
+
+def _failure(fut: asyncio.Future[Any]) -> BaseException | None:
+    """A done future's exception (a cancelled one's CancelledError), or None."""
+    if fut.cancelled():
+        return asyncio.CancelledError()
+    return fut.exception()
 
 
 async def _wait_any(stop: asyncio.Event, other: asyncio.Event, within: float | None = None) -> None:
