@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import structlog
 
 from relay.delivery.groupcommit import GroupCommit
@@ -84,8 +85,9 @@ def worker_with_gates(store: Store, recorded: int) -> tuple[Worker, Gate, Gate]:
     return worker, record, settle
 
 
+@pytest.mark.parametrize("first", ["record", "settle"])
 async def test_a_send_keeps_its_slot_until_outcome_and_verdict_are_written(
-    fake_store: Store,
+    fake_store: Store, first: str
 ) -> None:
     worker, record, settle = worker_with_gates(fake_store, 1)
     window = worker._windows.window("ep_1")
@@ -94,15 +96,33 @@ async def test_a_send_keeps_its_slot_until_outcome_and_verdict_are_written(
     await until(lambda: bool(record.items) and bool(settle.items))
     assert f.task is not None and f.task.done()  # the send's task has ended...
     assert f.recording and worker._inflight.free() == worker.settings.worker_concurrency - 1
-    record.open.set()
-    await until(lambda: worker._recorder._idle.is_set())
-    for _ in range(5):
+    one, other = (record, settle) if first == "record" else (settle, record)
+    one.open.set()
+    for _ in range(20):
         await asyncio.sleep(0)
-    assert "tok_1" in worker._inflight.flights  # ...outcome written, verdict not yet
-    settle.open.set()
+    assert "tok_1" in worker._inflight.flights  # ...one write has ended, not the other
+    assert worker._windows.window("ep_1") == window
+    other.open.set()
     await until(lambda: "tok_1" not in worker._inflight.flights)
     assert worker._windows.window("ep_1") == window + 1  # the success was settled
     assert worker.stats.fenced == 0
+    await worker._recorder.stop()
+    await worker._settler.stop()
+
+
+async def test_a_failed_verdict_write_frees_the_slot_and_is_logged(fake_store: Store) -> None:
+    worker, record, settle = worker_with_gates(fake_store, 1)
+    settle.error = ValueError("no verdict")
+    record.open.set()
+    settle.open.set()
+    with structlog.testing.capture_logs(
+        processors=[structlog.contextvars.merge_contextvars]
+    ) as logs:
+        worker._spawn(SK, claim(1), {"id": "ep_1"})
+        await until(lambda: not worker._inflight.flights)
+    failed = [e for e in logs if e["event"] == "write.failed"]
+    assert [e["delivery_id"] for e in failed] == ["dlv_1"]
+    assert [e["delivery_id"] for e in logs if e["event"] == "delivery.crashed"] == ["dlv_1"]
     await worker._recorder.stop()
     await worker._settler.stop()
 

@@ -36,6 +36,11 @@ class Flight:
     slow: bool = False
     lease_until: float = 0.0  # time.monotonic() by which its lease runs out, at the latest
     slow_at: float = float("inf")  # time.monotonic() after which it counts as slow
+    # its outcome and verdict writes (Worker._recorded, Worker._settled): the slot is
+    # kept until both have ended
+    settling: bool = False  # a verdict is being written
+    settled: tuple[Any, BaseException | None] | None = None  # how that write ended
+    recorded: bool = False  # the outcome is written and waits for the verdict's write
 
 
 class InFlight:

@@ -22,7 +22,7 @@ sweeper and the metrics exporter run beside it (:func:`relay.runner.run_worker`)
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextvars
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +35,7 @@ from relay.delivery import sender
 from relay.delivery.admission import Admission
 from relay.delivery.attempt import Attempter, BeforeSend
 from relay.delivery.claims import Claims
-from relay.delivery.groupcommit import GroupCommit, log_failure
+from relay.delivery.groupcommit import Done, GroupCommit
 from relay.delivery.inflight import SLOW_HEADROOM, Flight, InFlight, watch_slow
 from relay.delivery.leases import Leases
 from relay.delivery.stats import Stats
@@ -184,8 +184,8 @@ class Worker:
 
     async def _deliver(self, f: Flight, endpoint: dict[str, Any] | None) -> None:
         """Send, then hand the outcome (and the breaker verdict) to the group commits and
-        end: the flight keeps its slot until they are written (:meth:`_recorded`), and a
-        cancelled task can no longer cancel a write it handed over."""
+        end: the flight keeps its slot until both writes have ended (:meth:`_recorded`,
+        :meth:`_settled`), and no cancellation of this task reaches a write it handed over."""
         c = f.claim
         structlog.contextvars.bind_contextvars(
             delivery_id=c.id, event_id=c.event_id, endpoint_id=c.endpoint_id, attempt=c.attempts
@@ -197,55 +197,63 @@ class Worker:
                 verdict = f"0@{sent_ms}"
             f.recording = True
             deadline = lambda: f.lease_until - self._margin  # noqa: E731
-            record = self._recorder.submit(f.sk, outcome, deadline)
-            settle = None
+            # the callbacks run in this send's context: their log lines carry its ids
+            ctx = contextvars.copy_context()
             if endpoint is not None and verdict is not None:
-                settle = self._settler.submit(endpoint["id"], (c.token, verdict), deadline)
-                settle.add_done_callback(log_failure)  # retrieved even if never awaited
+                f.settling = True
+                settled = _in_context(ctx, self._settled, f)
+                self._settler.submit_then(endpoint["id"], (c.token, verdict), settled, deadline)
+            self._recorder.submit_then(f.sk, outcome, _in_context(ctx, self._recorded, f), deadline)
         except asyncio.CancelledError:
             self._finish(f)
             raise
         except Exception:
             log.exception("delivery.crashed")
             self._finish(f)
-            return
-        # runs in this task's context: its log lines carry the delivery's ids
-        record.add_done_callback(functools.partial(self._recorded, f, settle))
 
-    def _recorded(self, f: Flight, settle: asyncio.Future[Any] | None, record: Any) -> None:
-        """The outcome's write is done: note a fenced one, then wait for the settle (if
-        any) before the flight gives up its slot."""
+    def _recorded(self, f: Flight, result: Any, exc: BaseException | None) -> None:
+        """The outcome's write has ended: note a fenced or lost one; the flight gives up
+        its slot now, or once its verdict's write has ended too."""
         try:
-            exc = _failure(record)
             if exc is not None:
                 # Redis stayed unavailable until the lease was nearly over: the
                 # delivery will be reclaimed and sent again (at-least-once).
                 log.error("delivery.outcome_lost", error=str(exc) or type(exc).__name__)
             else:
-                if record.result() == 0:
+                if result == 0:
                     self.stats.fenced += 1
                     log.warning("delivery.fenced", detail="claim superseded; outcome logged only")
-                if settle is not None:
-                    if settle.done():
-                        self._settled(f, settle)
-                    else:
-                        settle.add_done_callback(functools.partial(self._settled, f))
+                if f.settling:
+                    f.recorded = True  # _settled finishes it
                     return
+                if f.settled is not None:
+                    self._after_verdict(f)
         except Exception:
             log.exception("delivery.crashed")
         self._finish(f)
 
-    def _settled(self, f: Flight, settle: asyncio.Future[Any]) -> None:
+    def _settled(self, f: Flight, result: Any, exc: BaseException | None) -> None:
+        """The verdict's write has ended (before or after the outcome's)."""
+        f.settling = False
+        f.settled = (result, exc)
+        if exc is not None:
+            log.warning("write.failed", error=str(exc) or type(exc).__name__)
+        if not f.recorded:
+            return  # _recorded goes on (or has given up on this send: outcome lost)
         try:
-            exc = _failure(settle)
-            if exc is not None:
-                log.error("delivery.crashed", exc_info=exc)
-            elif f.endpoint is not None:
-                self._after_settle(f.endpoint, settle.result())
+            self._after_verdict(f)
         except Exception:
             log.exception("delivery.crashed")
         finally:
             self._finish(f)
+
+    def _after_verdict(self, f: Flight) -> None:
+        assert f.settled is not None
+        result, exc = f.settled
+        if exc is not None:
+            log.error("delivery.crashed", exc_info=exc)
+        elif f.endpoint is not None:
+            self._after_settle(f.endpoint, result)
 
     def _finish(self, f: Flight) -> None:
         self._inflight.done(f)
@@ -280,11 +288,10 @@ class Worker:
             task.add_done_callback(lambda _: self._disabling.discard(e))
 
 
-def _failure(fut: asyncio.Future[Any]) -> BaseException | None:
-    """A done future's exception (a cancelled one's CancelledError), or None."""
-    if fut.cancelled():
-        return asyncio.CancelledError()
-    return fut.exception()
+def _in_context(
+    ctx: contextvars.Context, then: Callable[[Flight, Any, BaseException | None], None], f: Flight
+) -> Done:
+    return lambda result, exc: ctx.run(then, f, result, exc)
 
 
 async def _wait_any(stop: asyncio.Event, other: asyncio.Event, within: float | None = None) -> None:
