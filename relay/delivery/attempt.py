@@ -116,6 +116,9 @@ class Attempter:
         # tracing on: claim token -> its attempt span's context, until the outcome is
         # recorded (the record span links to it); the worker removes each entry
         self.spans: dict[str, Any] = {}
+        # bound once (relay.logs has configured structlog by now): the module's lazy
+        # proxy would look the logger up again on every delivery.attempt line
+        self.log = log.bind()
 
     def attempt(
         self, c: Claimed, endpoint: dict[str, Any] | None
@@ -185,7 +188,7 @@ class Attempter:
         self.stats.outcomes[decision.outcome] = self.stats.outcomes.get(decision.outcome, 0) + 1
         metrics.observe_attempt(decision.outcome, resp.status, resp.duration)
         error = resp.error or ("" if resp.status and 200 <= resp.status < 300 else "http_status")
-        log.info(
+        self.log.info(
             "delivery.attempt",
             status=resp.status,
             outcome=decision.outcome,

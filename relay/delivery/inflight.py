@@ -24,7 +24,7 @@ SLOW_HEADROOM = 4
 SLOW_TICK = 0.025  # seconds: how late a send may be noticed as slow, at most
 
 
-@dataclass
+@dataclass(slots=True)
 class Flight:
     """One claimed delivery being sent (or recorded)."""
 
