@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any
 
 import orjson
@@ -28,12 +29,30 @@ _TRACEBACK = structlog.processors.ExceptionRenderer(
 )
 
 
+_second: tuple[int, str] = (-1, "")  # the last second formatted, and its text
+
+
+def add_timestamp(logger: Any, method_name: str, event_dict: Any) -> Any:
+    """``timestamp``, as ``TimeStamper(fmt="iso", utc=True)`` writes it
+    (``2026-12-01T19:20:04.669336Z``; no fraction at a whole second), the second
+    formatted once: a worker logs a line per delivery attempt, and formatting a datetime
+    each time was a third of what the line cost beyond writing it."""
+    global _second
+    now = time.time()
+    second = int(now)
+    if second != _second[0]:
+        _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    micros = int((now - second) * 1_000_000)
+    event_dict["timestamp"] = f"{_second[1]}.{micros:06d}Z" if micros else f"{_second[1]}Z"
+    return event_dict
+
+
 def configure(log_format: str = "json", level: str = "info") -> None:
     numeric = _LEVELS.get(level, 20)
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        add_timestamp,
     ]
     if log_format == "console":
         processors: list[Any] = [*shared, structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]

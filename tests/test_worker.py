@@ -119,6 +119,55 @@ async def test_2xx_succeeds_signed_with_every_header(make_store: Any, receiver: 
     assert entry["worker"] == store.settings.worker_id and entry["duration_ms"] >= 0
 
 
+async def test_the_headers_sent_are_relays_own_and_nothing_else() -> None:
+    """Every header on the wire, in order, as a raw server reads them: relay's own (no
+    second Content-Type or User-Agent from aiohttp), custom ones before them and never
+    in their place. Seen failing with relay's content-type left out of signed_headers
+    (aiohttp then adds one: application/octet-stream)."""
+    heads: list[list[str]] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")[1:-2]
+        heads.append(head)
+        length = next(int(h.split(":")[1]) for h in head if h.lower().startswith("content-l"))
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/h"
+    session = sender.make_session(timeout=5, limit=4, allow_private=True)
+    custom = {"X-Team": "payments", "user-agent": "other", "Content-Type": "text/plain"}
+    try:
+        for extra in (None, custom):
+            # as stored before validation refused relay's own header names
+            ep = {"id": "ep_1", "url": url, "secret": signing.generate_secret(), "headers": extra}
+            got = await sender.send(
+                session, endpoint=ep, event_id="evt_1", delivery_id="dlv_1", attempt=2, body=b"{}"
+            )
+            assert got.status == 200
+    finally:
+        await session.close()
+        server.close()
+    own = [
+        "content-type: application/json",
+        f"user-agent: relay/{__version__}",
+        "webhook-id: evt_1",
+        "webhook-timestamp",
+        "webhook-signature",
+        "x-relay-delivery-id: dlv_1",
+        "x-relay-attempt: 2",
+        "Accept: */*",
+        "Accept-Encoding",
+        "Content-Length: 2",
+    ]
+    for head, first in zip(heads, (["Host"], ["Host", "X-Team: payments"]), strict=True):
+        assert len(head) == len(first) + len(own)
+        for line, want in zip(head, first + own, strict=True):
+            assert line.startswith(want), (line, want)
+
+
 async def test_500_retried_on_schedule_then_dead(make_store: Any, receiver: Any) -> None:
     store = await make_store(retry_schedule=(0.05, 0.1))
     receiver.responses["/fail"] = answer(500)

@@ -13,6 +13,7 @@ Dropping a finished outcome would let its lease run out and the delivery be sent
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,6 +26,9 @@ log = structlog.get_logger("relay.worker")
 
 
 Deadline = Callable[[], float]  # a time.monotonic() value, read at each retry
+# Told how an item's write ended: (result, None), or (None, the exception) when it
+# failed or was given up on. Called from the group commit's task, right after the write.
+Done = Callable[[Any, BaseException | None], None]
 
 
 class GroupCommit:
@@ -46,7 +50,7 @@ class GroupCommit:
         self._name = name
         self._max = max_batch
         self._budget = budget
-        self._pending: dict[Any, list[tuple[Any, asyncio.Future[Any], Deadline]]] = {}
+        self._pending: dict[Any, list[tuple[Any, Done, Deadline]]] = {}
         self._kick = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -56,15 +60,23 @@ class GroupCommit:
         self._task = asyncio.create_task(self._run(), name=self._name)
 
     def submit(self, key: Any, item: Any, deadline: Deadline | None = None) -> asyncio.Future[Any]:
-        """Queue ``item``; retried until ``deadline()`` (default: ``budget`` from now)."""
+        """Queue ``item``; retried until ``deadline()`` (default: ``budget`` from now).
+        The future gets its result (or the exception that ended its write)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.submit_then(key, item, functools.partial(_resolve, fut), deadline)
+        return fut
+
+    def submit_then(
+        self, key: Any, item: Any, done: Done, deadline: Deadline | None = None
+    ) -> None:
+        """Queue ``item`` like :meth:`submit`, and call ``done`` (from this group commit's
+        task, in its context) when its write has ended: no future, no scheduled callback."""
         if deadline is None:
             at = time.monotonic() + self._budget
             deadline = lambda: at  # noqa: E731
-        self._pending.setdefault(key, []).append((item, fut, deadline))
+        self._pending.setdefault(key, []).append((item, done, deadline))
         self._idle.clear()
         self._kick.set()
-        return fut
 
     async def drain(self) -> None:
         """Wait until everything submitted so far is written."""
@@ -89,22 +101,33 @@ class GroupCommit:
                     self._pending[key] = rest
                 else:
                     del self._pending[key]
+                ended: list[tuple[Done, Any, BaseException | None]]
                 try:
                     res = await with_retries(
                         self._write, key, [i for i, _, _ in batch], _latest(batch)
                     )
-                    for (_, fut, _), r in zip(batch, res, strict=True):
-                        if not fut.done():
-                            fut.set_result(r)
+                    ended = [(done, r, None) for (_, done, _), r in zip(batch, res, strict=True)]
                 except Exception as exc:
-                    for _, fut, _ in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
+                    ended = [(done, None, exc) for _, done, _ in batch]
+                for done, r, err in ended:
+                    try:
+                        done(r, err)
+                    except Exception:  # one caller's bug must not stop the others' writes
+                        log.exception("write.callback_failed", writer=self._name)
             if not self._pending:
                 self._idle.set()
 
 
-def _latest(batch: list[tuple[Any, asyncio.Future[Any], Deadline]]) -> Deadline:
+def _resolve(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(result)
+    else:
+        fut.set_exception(exc)
+
+
+def _latest(batch: list[tuple[Any, Done, Deadline]]) -> Deadline:
     """The batch's deadline: the latest of its items' (each read afresh, as leases move)."""
     deadlines = [d for _, _, d in batch]
     return lambda: max(d() for d in deadlines)

@@ -4,11 +4,15 @@ A send in flight longer than its slow threshold (``Windows.slow_after``) stops c
 against the concurrency, so an endpoint that hangs until the timeout cannot occupy
 every slot (no head-of-line blocking); at most ``SLOW_HEADROOM`` x concurrency requests
 are open in all. ``slot_free`` is set whenever a slot may have come free.
+
+No timer per send: :func:`watch_slow` (one task per worker) looks at the sends in flight
+every ``SLOW_TICK`` while there are any, and marks those past their threshold.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +21,10 @@ from relay.queue.keys import ShardKeys
 from relay.queue.store import Claimed
 
 SLOW_HEADROOM = 4
+SLOW_TICK = 0.025  # seconds: how late a send may be noticed as slow, at most
 
 
-@dataclass
+@dataclass(slots=True)
 class Flight:
     """One claimed delivery being sent (or recorded)."""
 
@@ -30,6 +35,12 @@ class Flight:
     recording: bool = False  # its outcome is being written: nothing left to hand back
     slow: bool = False
     lease_until: float = 0.0  # time.monotonic() by which its lease runs out, at the latest
+    slow_at: float = float("inf")  # time.monotonic() after which it counts as slow
+    # its outcome and verdict writes (Worker._recorded, Worker._settled): the slot is
+    # kept until both have ended
+    settling: bool = False  # a verdict is being written
+    settled: tuple[Any, BaseException | None] | None = None  # how that write ended
+    recorded: bool = False  # the outcome is written and waits for the verdict's write
 
 
 class InFlight:
@@ -40,6 +51,7 @@ class InFlight:
         self.flights: dict[str, Flight] = {}
         self.slow = 0  # sends in flight for longer than their slow threshold
         self.slot_free = asyncio.Event()
+        self.busy = asyncio.Event()  # set when a send is added: watch_slow has work
 
     def __len__(self) -> int:
         return len(self.flights)
@@ -57,9 +69,16 @@ class InFlight:
         """Requests open to one endpoint (slow ones included)."""
         return sum(1 for f in self.flights.values() if f.claim.endpoint_id == endpoint_id)
 
-    def add(self, sk: ShardKeys, claim: Claimed, endpoint: dict[str, Any] | None) -> Flight:
-        f = Flight(sk, claim, endpoint)
+    def add(
+        self,
+        sk: ShardKeys,
+        claim: Claimed,
+        endpoint: dict[str, Any] | None,
+        slow_at: float = float("inf"),
+    ) -> Flight:
+        f = Flight(sk, claim, endpoint, slow_at=slow_at)
         self.flights[claim.token] = f
+        self.busy.set()
         return f
 
     def mark_slow(self, f: Flight) -> None:
@@ -68,6 +87,12 @@ class InFlight:
             f.slow = True
             self.slow += 1
             self.slot_free.set()
+
+    def mark_overdue(self, now: float) -> None:
+        """Mark every send past its ``slow_at`` (``now``: time.monotonic()) slow."""
+        for f in self.flights.values():
+            if f.slow_at <= now and not f.slow:
+                self.mark_slow(f)
 
     def done(self, f: Flight) -> None:
         if f.slow:
@@ -81,6 +106,17 @@ class InFlight:
     def unfinished(self) -> list[Flight]:
         """Sends whose outcome is not being recorded (what a shutdown hands back)."""
         return [f for f in self.flights.values() if not f.recording]
+
+
+async def watch_slow(inflight: InFlight, tick: float = SLOW_TICK) -> None:
+    """Mark sends slow once past their threshold: every ``tick`` while any are in flight,
+    asleep while none are (one task for all of them, instead of a timer per send)."""
+    while True:
+        if not inflight.flights:
+            inflight.busy.clear()
+            await inflight.busy.wait()
+        await asyncio.sleep(tick)
+        inflight.mark_overdue(time.monotonic())
 
 
 def by_shard(flights: Iterable[Flight]) -> list[list[Flight]]:

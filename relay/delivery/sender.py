@@ -32,10 +32,12 @@ class Response:
 
 def make_session(*, timeout: float, limit: int, allow_private: bool) -> aiohttp.ClientSession:
     connector = ssrf.make_connector(allow_private=allow_private, limit=limit)
+    # No skip_auto_headers: every request sets its own Content-Type and User-Agent (so
+    # aiohttp adds neither), and a session-wide skip list costs each request two
+    # header-dict copies in aiohttp (tests/test_worker.py pins the headers sent).
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=timeout),
-        skip_auto_headers=("User-Agent", "Content-Type"),
         auto_decompress=False,
     )
 

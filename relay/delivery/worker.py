@@ -10,7 +10,8 @@ first; there is no fixed polling tick.
 
 Shutdown (``stop`` event, e.g. SIGTERM): stop claiming, let sends in flight finish
 within ``shutdown_grace``, then cancel the rest and hand their claims back without
-charging an attempt. Outcome writes run under ``asyncio.shield``.
+charging an attempt. A send hands its outcome to the group commit and ends: the write
+runs in the recorder's task, which no cancellation of a send reaches.
 
 Its parts: claims (claim from a shard, when to look again), admission (which claimed
 sends go now), attempt (one send and its outcome), inflight (slots, slow sends), leases
@@ -21,6 +22,7 @@ sweeper and the metrics exporter run beside it (:func:`relay.runner.run_worker`)
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,8 +35,8 @@ from relay.delivery import sender
 from relay.delivery.admission import Admission
 from relay.delivery.attempt import Attempter, BeforeSend
 from relay.delivery.claims import Claims
-from relay.delivery.groupcommit import GroupCommit, log_failure
-from relay.delivery.inflight import SLOW_HEADROOM, Flight, InFlight
+from relay.delivery.groupcommit import Done, GroupCommit
+from relay.delivery.inflight import SLOW_HEADROOM, Flight, InFlight, watch_slow
 from relay.delivery.leases import Leases
 from relay.delivery.stats import Stats
 from relay.endpoints.health import Health, Settled, Windows
@@ -112,6 +114,7 @@ class Worker:
         self._settler.start()
         heartbeat = asyncio.create_task(self._leases.heartbeat(), name="relay-heartbeat")
         listener = asyncio.create_task(self._listen(), name="relay-wake")
+        slow = asyncio.create_task(watch_slow(self._inflight), name="relay-slow")
         shards = self._claims.shards
         log.info("worker.started", worker=self.settings.worker_id, shards=len(shards))
         try:
@@ -120,7 +123,7 @@ class Worker:
             await self._leases.hand_back(self._recorder, self._settler)
             await self._recorder.stop()
             await self._settler.stop()
-            await stop_tasks(heartbeat, listener)
+            await stop_tasks(heartbeat, listener, slow)
             if self._own_session and self._session is not None:
                 await self._session.close()
             log.info("worker.stopped", worker=self.settings.worker_id)
@@ -173,19 +176,19 @@ class Worker:
     # ------------------------------------------------------------------ one delivery
 
     def _spawn(self, sk: ShardKeys, c: Claimed, endpoint: dict[str, Any] | None) -> None:
-        f = self._inflight.add(sk, c, endpoint)
+        now = time.monotonic()
+        slow_after = self._windows.slow_after(self._attempter.avg_ms.get(c.endpoint_id))
+        f = self._inflight.add(sk, c, endpoint, slow_at=now + slow_after)
         f.lease_until = self._claims.claim_started + self.settings.lease_seconds
         f.task = asyncio.create_task(self._deliver(f, endpoint))
 
     async def _deliver(self, f: Flight, endpoint: dict[str, Any] | None) -> None:
+        """Send, then hand the outcome (and the breaker verdict) to the group commits and
+        end: the flight keeps its slot until both writes have ended (:meth:`_recorded`,
+        :meth:`_settled`), and no cancellation of this task reaches a write it handed over."""
         c = f.claim
         structlog.contextvars.bind_contextvars(
             delivery_id=c.id, event_id=c.event_id, endpoint_id=c.endpoint_id, attempt=c.attempts
-        )
-        slow_timer = asyncio.get_running_loop().call_later(
-            self._windows.slow_after(self._attempter.avg_ms.get(c.endpoint_id)),
-            self._inflight.mark_slow,
-            f,
         )
         try:
             sent_ms = int(time.time() * 1000)
@@ -194,31 +197,67 @@ class Worker:
                 verdict = f"0@{sent_ms}"
             f.recording = True
             deadline = lambda: f.lease_until - self._margin  # noqa: E731
-            record = self._recorder.submit(f.sk, outcome, deadline)
-            settle = None
+            # the callbacks run in this send's context: their log lines carry its ids
+            ctx = contextvars.copy_context()
             if endpoint is not None and verdict is not None:
-                settle = self._settler.submit(endpoint["id"], (c.token, verdict), deadline)
-                settle.add_done_callback(log_failure)  # retrieved even if never awaited
-            try:
-                result = await asyncio.shield(record)
-            except Exception as exc:
-                # Redis stayed unavailable until the lease was nearly over: the
-                # delivery will be reclaimed and sent again (at-least-once).
-                log.error("delivery.outcome_lost", error=str(exc) or type(exc).__name__)
-                return
-            if result == 0:
-                self.stats.fenced += 1
-                log.warning("delivery.fenced", detail="claim superseded; outcome logged only")
-            if settle is not None and endpoint is not None:
-                self._after_settle(endpoint, await asyncio.shield(settle))
+                f.settling = True
+                settled = _in_context(ctx, self._settled, f)
+                self._settler.submit_then(endpoint["id"], (c.token, verdict), settled, deadline)
+            self._recorder.submit_then(f.sk, outcome, _in_context(ctx, self._recorded, f), deadline)
         except asyncio.CancelledError:
+            self._finish(f)
             raise
         except Exception:
             log.exception("delivery.crashed")
+            self._finish(f)
+
+    def _recorded(self, f: Flight, result: Any, exc: BaseException | None) -> None:
+        """The outcome's write has ended: note a fenced or lost one; the flight gives up
+        its slot now, or once its verdict's write has ended too."""
+        try:
+            if exc is not None:
+                # Redis stayed unavailable until the lease was nearly over: the
+                # delivery will be reclaimed and sent again (at-least-once).
+                log.error("delivery.outcome_lost", error=str(exc) or type(exc).__name__)
+            else:
+                if result == 0:
+                    self.stats.fenced += 1
+                    log.warning("delivery.fenced", detail="claim superseded; outcome logged only")
+                if f.settling:
+                    f.recorded = True  # _settled finishes it
+                    return
+                if f.settled is not None:
+                    self._after_verdict(f)
+        except Exception:
+            log.exception("delivery.crashed")
+        self._finish(f)
+
+    def _settled(self, f: Flight, result: Any, exc: BaseException | None) -> None:
+        """The verdict's write has ended (before or after the outcome's)."""
+        f.settling = False
+        f.settled = (result, exc)
+        if exc is not None:
+            log.warning("write.failed", error=str(exc) or type(exc).__name__)
+        if not f.recorded:
+            return  # _recorded goes on (or has given up on this send: outcome lost)
+        try:
+            self._after_verdict(f)
+        except Exception:
+            log.exception("delivery.crashed")
         finally:
-            slow_timer.cancel()
-            self._inflight.done(f)
-            self._attempter.spans.pop(c.token, None)
+            self._finish(f)
+
+    def _after_verdict(self, f: Flight) -> None:
+        assert f.settled is not None
+        result, exc = f.settled
+        if exc is not None:
+            log.error("delivery.crashed", exc_info=exc)
+        elif f.endpoint is not None:
+            self._after_settle(f.endpoint, result)
+
+    def _finish(self, f: Flight) -> None:
+        self._inflight.done(f)
+        self._attempter.spans.pop(f.claim.token, None)
 
     async def _record(self, sk: ShardKeys, outcomes: list[Outcome]) -> list[int]:
         """One group-committed ``record`` write; with tracing on, in a span linked to the
@@ -247,6 +286,12 @@ class Worker:
             self._disabling.add(e)
             task = asyncio.create_task(self.lifecycle.disable(e, s.failing_since))
             task.add_done_callback(lambda _: self._disabling.discard(e))
+
+
+def _in_context(
+    ctx: contextvars.Context, then: Callable[[Flight, Any, BaseException | None], None], f: Flight
+) -> Done:
+    return lambda result, exc: ctx.run(then, f, result, exc)
 
 
 async def _wait_any(stop: asyncio.Event, other: asyncio.Event, within: float | None = None) -> None:

@@ -97,7 +97,9 @@ def signed_headers(
         "x-relay-delivery-id": delivery_id,
         "x-relay-attempt": str(attempt),
     }
-    headers = {k: v for k, v in (extra or {}).items() if k.lower() not in own}
+    if not extra:
+        return own
+    headers = {k: v for k, v in extra.items() if k.lower() not in own}
     headers.update(own)
     return headers
 

@@ -151,9 +151,23 @@ def set_outbox(waiting: int, oldest_age: float, dead: int) -> None:
     OUTBOX_DEAD_KEPT.set(dead)
 
 
+# The labelled children of the per-attempt counters, looked up once each: labels()
+# validates and locks on every call, and observe_attempt runs once per request sent.
+_BY_OUTCOME: dict[str, Any] = {}
+_BY_CLASS: dict[int | None, Any] = {}
+
+
 def observe_attempt(outcome: str, status: int | None, duration: float) -> None:
-    DELIVERIES.labels(outcome).inc()
-    ATTEMPTS.labels("error" if status is None else f"{status // 100}xx").inc()
+    by_outcome = _BY_OUTCOME.get(outcome)
+    if by_outcome is None:
+        by_outcome = _BY_OUTCOME[outcome] = DELIVERIES.labels(outcome)
+    code_class = None if status is None else status // 100
+    by_class = _BY_CLASS.get(code_class)
+    if by_class is None:
+        label = "error" if code_class is None else f"{code_class}xx"
+        by_class = _BY_CLASS[code_class] = ATTEMPTS.labels(label)
+    by_outcome.inc()
+    by_class.inc()
     DURATION.observe(duration)
 
 
