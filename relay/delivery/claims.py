@@ -10,12 +10,10 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import replace
 from typing import Any
 
 import structlog
 
-from relay import tracing
 from relay.delivery.stats import Stats
 from relay.ops import metrics
 from relay.queue.keys import ShardKeys
@@ -41,7 +39,11 @@ class Claims:
         self.claim_started = time.monotonic()
         self._lease_ms = int(settings.lease_seconds * 1000)
         self._tokens = itertools.count()
-        self._token_base = f"{settings.worker_id}:{os.urandom(3).hex()}"
+        # Claim tokens: 48 random bits per process, the claim call's number, the item's
+        # (``5f1c0a9e2b44:17:3``). Unique per claim, and short: a finished delivery keeps
+        # its last one (``recorded``), so its length is Redis memory per delivery; the
+        # worker is named in the hash and the attempt log, not in the token.
+        self._token_base = os.urandom(6).hex()
 
     async def claim(self, sk: ShardKeys, free: int) -> Batch | None:
         """Up to ``free`` (and ``claim_batch``) due deliveries of one shard, or None."""
@@ -90,19 +92,8 @@ class Claims:
             log.warning("claim.endpoints_failed", shard=sk.shard, error=str(exc))
             self.next_due[sk.shard] = int(time.time() * 1000) + 500
             return None
-        if tracing.on:  # each publish span's context, for the attempt spans
-            items = await self._with_traces(sk, items)
+        # each claim carries its publish span's context (its event's header): no read more
         return items, endpoints
-
-    async def _with_traces(self, sk: ShardKeys, items: list[Claimed]) -> list[Claimed]:
-        """The claims with their events' stored trace context; unread (a new trace per
-        attempt) when Redis fails here: tracing never holds a delivery back."""
-        try:
-            found = await self.store.trace_contexts(sk, [c.event_id for c in items])
-        except Exception as exc:
-            log.warning("claim.trace_read_failed", shard=sk.shard, error=str(exc))
-            return items
-        return [replace(c, trace=t) for c, t in zip(items, found, strict=True)]
 
     def nothing_due_soon(self) -> bool:
         now = time.time() * 1000

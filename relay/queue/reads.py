@@ -143,15 +143,6 @@ class Reads(StoreBase):
             found = await pipe.execute()
         return any(found)
 
-    async def trace_contexts(self, sk: ShardKeys, event_ids: Sequence[str]) -> list[str]:
-        """The stored publish-span context (``tp``) of each event of one shard, "" where
-        none was stored; one pipelined round trip (the worker asks only with tracing on)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for e in event_ids:
-                pipe.get(sk.event(e))
-            found = await pipe.execute()
-        return [eventrecord.header_of(raw).get("tp", "") if raw else "" for raw in found]
-
     async def event_body_length(self, event_id: str) -> int | None:
         """Bytes of the body sent for an event, None for an unknown id (0 when gone)."""
         sk = self.shard_keys_for(event_id)

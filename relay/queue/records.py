@@ -97,9 +97,9 @@ class Swept:
     more: bool
 
 
-def num(value: str | int | None) -> int | None:
+def num(value: str | bytes | int | None) -> int | None:
     """An integer field or script result; None for absent, empty or the -1 sentinel."""
-    if value is None or value == "":
+    if value is None or value == "" or value == b"":
         return None
     number = int(float(value))
     return None if number == -1 else number

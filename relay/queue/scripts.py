@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from redis.client import NEVER_DECODE
 from redis.exceptions import AskError, ClusterError, NoScriptError, TryAgainError
 
 from relay import tracing
@@ -100,14 +101,16 @@ class _Call:
         args: Sequence[Any] = (),
         *,
         ack: tuple[int, float] = (0, 0.0),
+        raw: bool = False,
     ) -> Any:
         """``ack``: ``(replicas, timeout s)`` that must confirm this write (see
-        :meth:`_confirmed`); 0 replicas: the plain call. Inside a span, a child span
-        (:func:`relay.tracing.script_span`)."""
+        :meth:`_confirmed`); 0 replicas: the plain call. ``raw``: the reply's strings as
+        bytes, not decoded (a claim's event bodies: binary when compressed). Inside a span,
+        a child span (:func:`relay.tracing.script_span`)."""
         if tracing.on:
             with tracing.script_span(self._name):
-                return await self.call(keys, args, ack=ack)
-        return await self.call(keys, args, ack=ack)
+                return await self.call(keys, args, ack=ack, raw=raw)
+        return await self.call(keys, args, ack=ack, raw=raw)
 
     async def call(
         self,
@@ -115,6 +118,7 @@ class _Call:
         args: Sequence[Any] = (),
         *,
         ack: tuple[int, float] = (0, 0.0),
+        raw: bool = False,
     ) -> Any:
         """The call itself, untraced."""
         if ack[0] > 0:
@@ -124,6 +128,8 @@ class _Call:
         delay = 0.01
         while True:
             try:
+                if raw:
+                    return await self._undecoded(keys, args)
                 return await self.script(keys=keys, args=args)
             except NOT_RUN as exc:
                 self._owner.refused[self._name] = self._owner.refused.get(self._name, 0) + 1
@@ -132,6 +138,21 @@ class _Call:
                 log.info("script.retry", script=self._name, error=str(exc)[:120])
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.2)
+
+    async def _undecoded(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """``EVALSHA`` with the reply left as bytes (redis-py's ``NEVER_DECODE``), loading
+        the script on ``NOSCRIPT`` as ``register_script`` does."""
+        client = self._owner._client
+        for _ in range(2):
+            try:
+                return await client.execute_command(
+                    "EVALSHA", self.sha, len(keys), *keys, *args, **{NEVER_DECODE: True}
+                )
+            except NoScriptError:
+                self.script.sha = await client.script_load(self._owner._sources[self._name])
+                if isinstance(self.script.sha, dict):  # a cluster answers per node
+                    self.script.sha = next(iter(self.script.sha.values()))
+        raise NoScriptError(f"script {self._name} could not be loaded")
 
     async def _confirmed(
         self, replicas: int, timeout_s: float, keys: Sequence[Any], args: Sequence[Any]

@@ -112,14 +112,25 @@ class Transitions(StoreBase):
                 token_prefix + ":",
                 worker,
             ],
+            raw=True,  # event bodies: bytes as stored, compressed or not
         )
         n = int(res[3])
         items = []
-        for i in range(n):
+        for i in range(n):  # the reply is bytes (raw): ids and tokens are ASCII
             g = res[4 + 7 * i : 11 + 7 * i]
-            header, body = eventrecord.unpack(g[6], g[4]) if g[6] else ({}, b"")
+            event_id = g[4].decode()
+            header, body = eventrecord.unpack(g[6], event_id) if g[6] else ({}, b"")
             items.append(
-                Claimed(g[0], g[1], int(g[2]), int(g[3]), g[4], g[5], body, header.get("tp", ""))
+                Claimed(
+                    g[0].decode(),
+                    g[1].decode(),
+                    int(g[2]),
+                    int(g[3]),
+                    event_id,
+                    g[5].decode(),
+                    body,
+                    header.get("tp", ""),
+                )
             )
         return ClaimResult(int(res[0]), num(res[1]), num(res[2]), items)
 
