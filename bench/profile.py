@@ -34,7 +34,7 @@ GIL = False  # --gil: only samples holding the GIL (Python CPU, not time blocked
 
 def spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    argv = [exe, "record", "--pid", str(pid), "--rate", "250", "--format", "raw"]
+    argv = [exe, "record", "--pid", str(pid), "--rate", "1000", "--format", "raw"]
     argv += ["--output", str(out), "--nonblocking", *(["--gil"] if GIL else [])]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
