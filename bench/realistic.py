@@ -14,7 +14,9 @@ that saturates, whatever the publisher can do), then the worker starts; the
 *sustained* rate is 98% of N over the time from the first arrival to the 98%-th
 request answered 200 (the last 2% hold the hung 1%'s retries, which wait out the
 timeout and the retry delay: a tail, not the sustained rate). Its ceiling is
-min(1000 / 0.1 s, drain1's CPU-bound rate of the same run) (``targets.slow_ceiling``).
+min(1000 / 0.1 s, the CPU-bound rate of that run's own CPU cost per delivery)
+(``targets.slow_ceiling``); the ratio to drain1's CPU-bound rate, the ceiling of the runs
+before layout v3, is printed beside it (``targets.drain1_ceiling``).
 N is half the run's N (10,000; at least 3,000): two backlogs at 100 ms a request.
 ``timeline`` keeps the 200s answered per second of the drain, to show stalls.
 **Latency**: with the worker idle again, open-loop publishing at ``--rate`` (500/s,
@@ -32,7 +34,7 @@ from bench import load
 from bench.common import Receiver, drain_with_cpu
 from bench.ratios import fx, grid
 from bench.scenarios import TOKEN, Cfg, _pids, _timeout, percentiles, relay
-from bench.targets import slow_ceiling
+from bench.targets import drain1_ceiling, slow_ceiling
 
 DELAY_MS = 100
 HANG_PCT = 1.0
@@ -124,8 +126,10 @@ def lines(res: dict[str, Any]) -> list[str]:
     rows = []
     for key, label in (("healthy", "every answer after 100 ms"), ("hang", "+ 1% hang past 2 s")):
         r = slow[key]
-        ceiling = slow_ceiling(res)
+        ceiling = slow_ceiling(res, key)
         ratio = r["sustained_per_s"] / ceiling if ceiling and r["sustained_per_s"] else None
+        old = drain1_ceiling(res)
+        vs_drain1 = r["sustained_per_s"] / old if old and r["sustained_per_s"] else None
         a, p = r["answered_ms"], r["receipt_ms"]
         rows.append(
             [
@@ -133,6 +137,7 @@ def lines(res: dict[str, Any]) -> list[str]:
                 f"{r['sustained_per_s']:,.0f}/s",
                 "-" if ceiling is None else f"{ceiling:,.0f}/s",
                 fx(ratio),
+                fx(vs_drain1),
                 f"{r['hung']:,}",
                 f"{a['p50']:.0f} / {a['p99']:.0f} / {a['max']:.0f}",
                 f"{p['p50']:.0f} / {p['p99']:.0f}",
@@ -144,6 +149,7 @@ def lines(res: dict[str, Any]) -> list[str]:
         "sustained",
         "ceiling",
         "ratio",
+        "vs drain1's",
         "hung",
         "answered p50/p99/max ms",
         "arrival p50/p99",
@@ -153,8 +159,9 @@ def lines(res: dict[str, Any]) -> list[str]:
         "realistic receivers (step slow): 1 worker, RELAY_WORKER_CONCURRENCY="
         f"{slow['concurrency']}, RELAY_HTTP_TIMEOUT={slow['http_timeout_s']:g}s; sustained"
         " rate over the first 98% of a"
-        f" backlog of {slow['healthy']['n']:,}; ceiling min({slow['concurrency']}/0.1 s, drain1's"
-        " CPU-bound rate); latency open-loop at "
+        f" backlog of {slow['healthy']['n']:,}; ceiling min({slow['concurrency']}/0.1 s, the"
+        " run's own CPU-bound rate) (vs drain1's: min(.., drain1's CPU-bound rate)); latency"
+        " open-loop at "
         f"{slow['healthy']['latency_rate']:g}/s, healthy first attempts only:",
         *grid(head, rows),
     ]
