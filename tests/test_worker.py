@@ -168,6 +168,44 @@ async def test_the_headers_sent_are_relays_own_and_nothing_else() -> None:
             assert line.startswith(want), (line, want)
 
 
+async def test_a_cookie_one_endpoint_sets_is_never_sent_to_another() -> None:
+    """One session sends for every tenant: a receiver's Set-Cookie is not kept. Seen
+    failing with aiohttp's default cookie jar (the second endpoint, another app's path on
+    the same host, got ``Cookie: session=tenant-a``)."""
+    heads: list[str] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        heads.append(head)
+        length = next(
+            int(h.split(":")[1]) for h in head.split("\r\n") if h.lower().startswith("content-l")
+        )
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nSet-Cookie: session=tenant-a; Path=/\r\n"
+            b"Connection: close\r\nContent-Length: 0\r\n\r\n"
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    # a host name: aiohttp's default jar takes no cookie from a bare IP address
+    base = f"http://localhost:{server.sockets[0].getsockname()[1]}"
+    session = sender.make_session(timeout=5, limit=4, allow_private=True)
+    try:
+        for n, path in enumerate(("/tenant-a", "/tenant-b", "/tenant-a")):
+            ep = {"id": f"ep_{n}", "url": base + path, "secret": signing.generate_secret()}
+            got = await sender.send(
+                session, endpoint=ep, event_id="evt_1", delivery_id="dlv_1", attempt=1, body=b"{}"
+            )
+            assert got.status == 200
+    finally:
+        await session.close()
+        server.close()
+    assert len(heads) == 3
+    assert not any("cookie:" in h.lower() for h in heads), heads
+
+
 async def test_500_retried_on_schedule_then_dead(make_store: Any, receiver: Any) -> None:
     store = await make_store(retry_schedule=(0.05, 0.1))
     receiver.responses["/fail"] = answer(500)
