@@ -1,7 +1,7 @@
 """The API's cache of each app's endpoints, so a publish costs one Redis call, not two.
 
 Correctness first: the cache is used only while this process is subscribed to the
-endpoint change channel (``relay:v2:{cfg}:changed``), which ``endpoint_put.lua`` and
+endpoint change channel (``relay:v3:{cfg}:changed``), which ``endpoint_put.lua`` and
 ``endpoint_delete.lua`` publish on after every write; any message drops the whole cache,
 and so does losing the subscription. Writes made through this process's own Store bump
 ``Store.endpoint_epoch`` around the script call, so an entry filled before or during

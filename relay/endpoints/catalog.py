@@ -7,7 +7,7 @@ the API's cache of compiled validators.
   (``RELAY_EVENT_TYPES_STRICT=1``) holds endpoint subscriptions to the catalog.
 * ``EventTypeCache``: the publish path looks a type up here, so a publish costs no Redis
   call for it and no schema compilation. It rides on the endpoint cache's subscription
-  to ``relay:v2:{cfg}:changed`` (one subscription, one mechanism): every message there,
+  to ``relay:v3:{cfg}:changed`` (one subscription, one mechanism): every message there,
   an endpoint's or an event type's, drops it; it is used only while that subscription
   holds; writes made through this process bump ``Store.endpoint_epoch``, so an entry
   filled before or during one of them is not served after it. Unknown names are cached

@@ -1,6 +1,6 @@
 """Endpoint health and pacing, shared by all workers: breaker, rate limit, in-flight cap.
 
-Each endpoint's state lives under its own hash tag (``relay:v2:{ep_X}:...``, see
+Each endpoint's state lives under its own hash tag (``relay:v3:{ep_X}:...``, see
 :mod:`relay.queue.keys`) and changes only through ``relay/queue/lua/admit.lua`` (before
 sends) and ``settle.lua`` (after them), so counts are exact across any number of
 workers. Deliveries of a disabled endpoint are parked per shard with status ``held``

@@ -77,7 +77,7 @@ class ShardKeys:
     """Keys of one queue shard."""
 
     shard: int
-    base: str  # "relay:v2:{s0}:"
+    base: str  # "relay:v3:{s0}:"
 
     @property
     def due(self) -> str:
@@ -219,7 +219,7 @@ class Keys:
 
     @property
     def _root(self) -> str:
-        """``relay:v2:``: the start of every key."""
+        """``relay:v3:``: the start of every key."""
         return f"{self.prefix}:{self.layout}:"
 
     def shard(self, n: int) -> ShardKeys:
@@ -298,7 +298,7 @@ class Keys:
 
 
 def guard_key(key: str) -> str:
-    """The never-written key under the hash tag of ``key`` (``relay:v2:{s0}:guard``).
+    """The never-written key under the hash tag of ``key`` (``relay:v3:{s0}:guard``).
 
     Every script call declares it after its own keys (:mod:`relay.queue.scripts`), so
     Redis Cluster refuses the call while that slot is being migrated.

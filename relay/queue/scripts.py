@@ -13,7 +13,7 @@ count in ARGV and never counts its KEYS or ARGV, so the slot guard below, or any
 trailing key, cannot shift its items.
 
 Slot guard (Redis Cluster). Every call declares one more key after the script's own:
-``<prefix>:v2:{tag}:guard`` (:func:`relay.queue.keys.guard_key`), under the hash tag
+``<prefix>:v3:{tag}:guard`` (:func:`relay.queue.keys.guard_key`), under the hash tag
 of the first key, which nobody ever writes. While a slot is being migrated, Redis
 refuses (``TRYAGAIN`` or ``ASK`` then ``TRYAGAIN``) any multi-key command one of whose
 keys is missing, on both nodes; so a script never runs while its slot's keys are split

@@ -11,8 +11,8 @@
 --
 -- Called by Store.admit (relay/queue/endpoints.py), which builds these from keys.py.
 --
--- KEYS[1] breaker (hash)    EndpointKeys.breaker   (relay:v2:{ep_X}:breaker)
--- KEYS[2] rate TAT (string) EndpointKeys.rate      (relay:v2:{ep_X}:rate)
+-- KEYS[1] breaker (hash)    EndpointKeys.breaker   (relay:v3:{ep_X}:breaker)
+-- KEYS[2] rate TAT (string) EndpointKeys.rate      (relay:v3:{ep_X}:rate)
 -- KEYS[3] in-flight slots   EndpointKeys.inflight  (zset, member = claim token, score = slot expiry ms)
 -- ARGV[1] rate limit, requests/s ("0" = none)   ARGV[2] burst (requests)
 -- ARGV[3] max in flight ("0" = none)           ARGV[4] slot hold, ms (send timeout + margin)

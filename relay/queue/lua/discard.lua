@@ -11,8 +11,8 @@
 --                                                  ShardKeys.due/queued/blocked
 -- KEYS[4..3+n] delivery hashes, one per item       ShardKeys.delivery(id)
 -- ARGV[1] wake channel (ShardKeys.wake)
--- ARGV[2] lane key prefix       ShardKeys.lane_prefix      (relay:v2:{s0}:lane:)
--- ARGV[3] delivery key prefix   ShardKeys.delivery_prefix  (relay:v2:{s0}:dlv:)
+-- ARGV[2] lane key prefix       ShardKeys.lane_prefix      (relay:v3:{s0}:lane:)
+-- ARGV[3] delivery key prefix   ShardKeys.delivery_prefix  (relay:v3:{s0}:dlv:)
 --         (a lane's next id is only known in here; same hash tag, same slot)
 -- ARGV[4] n, the number of items   ARGV[5..4+n] delivery ids (same order as the hashes)
 --

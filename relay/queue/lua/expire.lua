@@ -10,10 +10,10 @@
 --
 -- KEYS[1] succeeded (zset, score = finish time)   KEYS[2] dead (zset, score = time of death)
 -- KEYS[3] events index (zset)   ShardKeys.events: an event leaves it with its last delivery
--- ARGV[1] delivery key prefix        ShardKeys.delivery_prefix        (relay:v2:{s0}:dlv:)
--- ARGV[2] attempt log prefix         ShardKeys.log_prefix             (relay:v2:{s0}:log:)
--- ARGV[3] event key prefix           ShardKeys.event_prefix           (relay:v2:{s0}:evt:)
--- ARGV[4] endpoint index prefix      ShardKeys.endpoint_index_prefix  (relay:v2:{s0}:ep:)
+-- ARGV[1] delivery key prefix        ShardKeys.delivery_prefix        (relay:v3:{s0}:dlv:)
+-- ARGV[2] attempt log prefix         ShardKeys.log_prefix             (relay:v3:{s0}:log:)
+-- ARGV[3] event key prefix           ShardKeys.event_prefix           (relay:v3:{s0}:evt:)
+-- ARGV[4] endpoint index prefix      ShardKeys.endpoint_index_prefix  (relay:v3:{s0}:ep:)
 --         The ids are only known in here, so their keys are prefix .. id (same hash
 --         tag, so the same slot as KEYS[1]).
 -- ARGV[5] succeeded cutoff, ms: succeeded deliveries finished at or before it go ("-1": none)

@@ -10,8 +10,8 @@
 -- KEYS[4] shard stats (hash)                          ShardKeys.due/processing/dead/stats
 -- KEYS[5] queued index (zset)   KEYS[6] blocked lanes (zset)   ShardKeys.queued/blocked
 -- KEYS[7] dead-letter tallies (zset)   ShardKeys.dead_tally_index
--- ARGV[1] delivery key prefix   ShardKeys.delivery_prefix  (relay:v2:{s0}:dlv:)
--- ARGV[2] attempt log prefix    ShardKeys.log_prefix       (relay:v2:{s0}:log:)
+-- ARGV[1] delivery key prefix   ShardKeys.delivery_prefix  (relay:v3:{s0}:dlv:)
+-- ARGV[2] attempt log prefix    ShardKeys.log_prefix       (relay:v3:{s0}:log:)
 --         (the expired ids are only known in here; same hash tag, same slot)
 -- ARGV[3] limit   ARGV[4] wake channel (ShardKeys.wake)
 -- ARGV[5] lane key prefix (ShardKeys.lane_prefix)

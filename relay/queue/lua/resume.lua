@@ -8,7 +8,7 @@
 -- KEYS[1] held set of the endpoint (zset)   ShardKeys.held(endpoint_id)
 -- KEYS[2] due (zset)                        ShardKeys.due
 -- KEYS[3] held index of the shard (zset)    ShardKeys.held_index
--- ARGV[1] delivery key prefix   ShardKeys.delivery_prefix  (relay:v2:{s0}:dlv:)
+-- ARGV[1] delivery key prefix   ShardKeys.delivery_prefix  (relay:v3:{s0}:dlv:)
 --         (the held ids are only known in here; same hash tag, same slot)
 -- ARGV[2] wake channel (ShardKeys.wake)
 -- Returns the number resumed.
