@@ -56,7 +56,12 @@ class Reads(StoreBase):
         return await self._rows(sk, delivery_ids) if delivery_ids else []
 
     async def _rows(
-        self, sk: ShardKeys, delivery_ids: Sequence[str], *, with_log: bool = False
+        self,
+        sk: ShardKeys,
+        delivery_ids: Sequence[str],
+        *,
+        with_log: bool = False,
+        headers: dict[str, dict[str, Any] | None] | None = None,
     ) -> list[dict[str, Any]]:
         """The deliveries that exist of ``delivery_ids`` (one shard), as the API shows them.
 
@@ -64,49 +69,64 @@ class Reads(StoreBase):
         published has none (its id names its event, whose header names its endpoint; it
         is pending while it is due), and the rest comes from its id (event, created), the
         score of its index (next attempt) and its event's header (app, type, budget).
-        One round trip: each hash, due score and event header (the header's first bytes),
-        and the attempt logs with ``with_log``; a second only for a header longer than that.
+        One round trip: each hash and due score (and attempt log, ``with_log``), and the
+        header of each event the ids name, once per event; ``headers``: those already read.
+        A header longer than :data:`HEADER_READ`, or the event of an id of layout v2 (its
+        hash names it), takes one more.
         """
-        derived = [ids.derived(d) for d in delivery_ids]
+        known = dict(headers or {})
+        named = [ids.derived(d) for d in delivery_ids]
+        wanted = list(dict.fromkeys(n[0] for n in named if n is not None and n[0] not in known))
+        step = 3 if with_log else 2
         async with self.redis.pipeline(transaction=False) as pipe:
-            for d, ev in zip(delivery_ids, derived, strict=True):
+            for d in delivery_ids:
                 pipe.hgetall(sk.delivery(d))
                 pipe.zscore(sk.due, d)
-                if ev is not None:
-                    pipe.getrange(sk.event(ev[0]), 0, HEADER_READ - 1)
-                else:
-                    pipe.exists(sk.event(d))  # keeps the three-per-id stride; never read
                 if with_log:
                     pipe.lrange(sk.log(d), 0, -1)
+            for e in wanted:
+                pipe.getrange(sk.event(e), 0, HEADER_READ - 1)
             res = await pipe.execute()
-        step = 4 if with_log else 3
-        headers: dict[str, dict[str, Any] | None] = {}
-        for i, ev in enumerate(derived):
-            if ev is not None and ev[0] not in headers:
-                headers[ev[0]] = await self._header(sk, ev[0], res[i * step + 2])
+        known |= await self._headers(sk, wanted, res[len(delivery_ids) * step :])
+        raws = [res[i * step] for i in range(len(delivery_ids))]
+        # an id of layout v2 does not name its event: its hash does (when it has no budget)
+        more = {r["event_id"] for r in raws if "event_id" in r and "max_attempts" not in r}
+        known |= await self._headers(sk, sorted(more - known.keys()))
         rows = []
-        for i, d in enumerate(delivery_ids):
-            raw, due = res[i * step], res[i * step + 1]
-            event_id = raw.get("event_id") or (derived[i] or ("", 0))[0]
-            header = headers.get(event_id)
-            if header is None and raw.get("event_id") and "max_attempts" not in raw:
-                header = await self._header(sk, event_id, None)
-            row = record_of(d, raw, due, header)
+        for i, (d, raw) in enumerate(zip(delivery_ids, raws, strict=True)):
+            event_id = raw.get("event_id") or (named[i] or ("", 0))[0]
+            row = record_of(d, raw, res[i * step + 1], known.get(event_id))
             if row is None:
                 continue
             if with_log:
-                log = [orjson.loads(e) for e in res[i * step + 3]]
+                log = [orjson.loads(e) for e in res[i * step + 2]]
                 if "a1" in raw:  # a first request that succeeded, kept in the hash
                     log.insert(0, attemptlog.expand(raw["a1"]))
                 row["attempt_log"] = log
             rows.append(row)
         return rows
 
-    async def _header(self, sk: ShardKeys, event_id: str, head: str | None) -> dict | None:
-        """An event's header from the first bytes read of it (None: read it now)."""
-        if head is None or ("\n" not in head and len(head) >= HEADER_READ):
-            head = await self.redis.get(sk.event(event_id))
-        return eventrecord.header_of(head) if head else None
+    async def _headers(
+        self, sk: ShardKeys, event_ids: Sequence[str], heads: Sequence[str | None] | None = None
+    ) -> dict[str, dict[str, Any] | None]:
+        """The headers of events of one shard (None: gone), from their first
+        :data:`HEADER_READ` bytes (``heads``, or read here in one round trip); the whole
+        event is read, in one more, only for a header longer than that."""
+        if not event_ids:
+            return {}
+        if heads is None:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for e in event_ids:
+                    pipe.getrange(sk.event(e), 0, HEADER_READ - 1)
+                heads = await pipe.execute()
+        got = dict(zip(event_ids, heads, strict=True))
+        long = [e for e, h in got.items() if h and "\n" not in h and len(h) >= HEADER_READ]
+        if long:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for e in long:
+                    pipe.get(sk.event(e))
+                got.update(zip(long, await pipe.execute(), strict=True))
+        return {e: eventrecord.header_of(h) if h else None for e, h in got.items()}
 
     async def get_idempotency(self, shard: int, app: str, key: str) -> str | None:
         """The idempotency record of ``key`` (``{"h": body hash, "answer": ...}``), or None."""
@@ -235,14 +255,16 @@ class Reads(StoreBase):
                 offset += len(batch)
                 scanned += len(batch)
                 entries = [(s, m) for m, s in batch]
+                headers: dict[str, dict[str, Any] | None] = {}
                 if key == sk.events:
-                    entries = await self._expand(sk, entries)
+                    entries, headers = await self._expand(sk, entries)
                 page = [
                     (s, m)
                     for s, m in entries
                     if after is None or s < after[0] or (s == after[0] and m < after[1])
                 ]
-                got = {r["id"]: r for r in await self.get_deliveries(sk, [m for _, m in page])}
+                rows = await self._rows(sk, [m for _, m in page], headers=headers)
+                got = {r["id"]: r for r in rows}
                 for s, m in page:
                     r = got.get(m)
                     if r is not None and wanted(r):
@@ -269,19 +291,16 @@ class Reads(StoreBase):
 
     async def _expand(
         self, sk: ShardKeys, events: list[tuple[float, str]]
-    ) -> list[tuple[float, str]]:
+    ) -> tuple[list[tuple[float, str]], dict[str, dict[str, Any] | None]]:
         """``(score, event id)`` of the events index as ``(score, delivery id)`` of each of
-        their deliveries (from each event's header: one round trip)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for _, e in events:
-                pipe.getrange(sk.event(e), 0, HEADER_READ - 1)
-            heads = await pipe.execute()
+        their deliveries, from each event's header (kept, for :meth:`_rows`)."""
+        headers = await self._headers(sk, [e for _, e in events])
         out: list[tuple[float, str]] = []
-        for (s, e), head in zip(events, heads, strict=True):
-            header = await self._header(sk, e, head)
+        for s, e in events:
+            header = headers[e]
             if header is not None:
                 out += [(s, d) for d, _ in eventrecord.deliveries(e, header)]
-        return out
+        return out, headers
 
     async def stats(self) -> dict[str, Any]:
         """Counts by status, queue depth and the oldest due age, one pipeline per shard."""
