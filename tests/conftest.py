@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ import fakeredis
 import pytest
 from aiohttp import web
 
+from relay.domain import ids, signing
 from relay.queue.store import Store, connect
 from relay.redisproc import RedisCluster, RedisServer, SlotControl, free_port, redis_binary
 from relay.settings import Settings
@@ -263,7 +265,37 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"redis-server: {binary or 'not found'}; docker: {shutil.which('docker') or 'no'}"
 
 
-__all__ = ["Path", "Receiver", "RedisHandle", "event_ids", "make_settings"]
+__all__ = ["Path", "Receiver", "RedisHandle", "event_ids", "make_settings", "publish_event"]
+
+
+async def publish_event(
+    store: Store,
+    endpoint_ids: list[str],
+    *,
+    shard: int = 0,
+    event_type: str = "order.paid",
+    payload: bytes = b'{"n":1}',
+    created_ms: int | None = None,
+    idempotency: tuple[str, bytes] | None = None,
+) -> tuple[str, list[str], str | None]:
+    """One event to ``endpoint_ids`` through ``Store.publish``, with ids as
+    ``relay.publishing`` makes them (layout v3: the delivery ids derive from the event's,
+    so the deliveries have no hash until their first claim). Returns the event id, the
+    delivery ids and what ``Store.publish`` returned (the taken idempotency value, or None)."""
+    now = created_ms or int(time.time() * 1000)
+    event_id = ids.new_event_id(shard, now)
+    deliveries = [(ids.delivery_id(event_id, i), e) for i, e in enumerate(endpoint_ids)]
+    taken = await store.publish(
+        shard=shard,
+        event_id=event_id,
+        event_type=event_type,
+        app="default",
+        body=signing.build_body(event_id, event_type, now, payload),
+        created_ms=now,
+        deliveries=deliveries,
+        idempotency=idempotency,
+    )
+    return event_id, [d for d, _ in deliveries], taken
 
 
 async def event_ids(store: Store, shard: int | None = None) -> list[str]:

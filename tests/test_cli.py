@@ -16,9 +16,9 @@ import click
 import orjson
 import pytest
 from click.testing import CliRunner, Result
+from conftest import publish_event
 
 from relay.cli import main
-from relay.domain import ids, signing
 from relay.domain.schema import endpoint_record
 from relay.queue.store import Outcome, Store
 from relay.redisproc import free_port
@@ -63,19 +63,8 @@ async def add_endpoint(store: Store, app: str = "default") -> str:
 
 
 async def publish(store: Store, endpoint_ids: list[str]) -> tuple[str, list[str]]:
-    now = int(time.time() * 1000)
-    event_id = ids.new_id("evt", 0, now)
-    dlv = [(ids.new_id("dlv", 0, now), e) for e in endpoint_ids]
-    await store.publish(
-        shard=0,
-        event_id=event_id,
-        event_type="order.paid",
-        app="default",
-        body=signing.build_body(event_id, "order.paid", now, b'{"total":42}'),
-        created_ms=now,
-        deliveries=dlv,
-    )
-    return event_id, [d for d, _ in dlv]
+    event_id, dlv, _ = await publish_event(store, endpoint_ids, payload=b'{"total":42}')
+    return event_id, dlv
 
 
 async def finish(store: Store, outcomes: dict[str, str]) -> None:

@@ -22,10 +22,10 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
-from conftest import ClusterHandle, Receiver, StoreFactory, event_ids
+from conftest import ClusterHandle, Receiver, StoreFactory, event_ids, publish_event
 
 from relay.delivery.worker import Worker
-from relay.domain import ids, signing
+from relay.domain import ids
 from relay.domain.ordering import app_shard
 from relay.domain.schema import endpoint_record
 from relay.queue.scripts import guard_key
@@ -38,21 +38,11 @@ LONG_LEASE_MS = 60_000
 
 async def seed(store: Store, shard: int, n: int, endpoint_id: str = "ep_none") -> list[str]:
     """One event with ``n`` deliveries on ``shard`` (one script call); their ids."""
-    now = int(time.time() * 1000)
-    event_id = ids.new_id("evt", shard, now)
-    deliveries = [(ids.new_id("dlv", shard, now), endpoint_id) for _ in range(n)]
-    body = signing.build_body(event_id, "cluster.test", now, b'{"n":1}')
-    taken = await store.publish(
-        shard=shard,
-        event_id=event_id,
-        event_type="cluster.test",
-        app="default",
-        body=body,
-        created_ms=now,
-        deliveries=deliveries,
+    _, deliveries, taken = await publish_event(
+        store, [endpoint_id] * n, shard=shard, event_type="cluster.test"
     )
     assert taken is None
-    return [d for d, _ in deliveries]
+    return deliveries
 
 
 def endpoint(url: str) -> dict[str, Any]:

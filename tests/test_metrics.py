@@ -8,18 +8,16 @@ key prefix and are compared as values.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-from conftest import make_settings
+from conftest import make_settings, publish_event
 from prometheus_client.parser import text_string_to_metric_families
 
 from relay.delivery.worker import Worker
-from relay.domain import ids, signing
 from relay.domain.schema import endpoint_record
 from relay.ops import metrics
 from relay.queue.store import Store, connect
@@ -73,18 +71,7 @@ async def add_endpoint(store: Store, url: str) -> str:
 
 
 async def publish(store: Store, endpoint_id: str) -> str:
-    now = int(time.time() * 1000)
-    event_id = ids.new_id("evt", 0, now)
-    delivery_id = ids.new_id("dlv", 0, now)
-    await store.publish(
-        shard=0,
-        event_id=event_id,
-        event_type="order.paid",
-        app="default",
-        body=signing.build_body(event_id, "order.paid", now, b"{}"),
-        created_ms=now,
-        deliveries=[(delivery_id, endpoint_id)],
-    )
+    _, (delivery_id,), _ = await publish_event(store, [endpoint_id], payload=b"{}")
     return delivery_id
 
 

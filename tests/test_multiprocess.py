@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import publish_event
 
 from relay.delivery.worker import Worker
-from relay.domain import ids, signing
 from relay.domain.schema import endpoint_record
 from relay.queue.scripts import Scripts
 from relay.queue.store import Store
@@ -50,17 +50,9 @@ async def publish_all(store: Store, endpoint_ids: list[str], total: int) -> list
     published: list[str] = []
 
     async def one(n: int) -> None:
-        now = int(time.time() * 1000)
-        event_id = ids.new_id("evt", 0, now)
-        body = signing.build_body(event_id, "load.test", now, b'{"n":%d}' % n)
-        await store.publish(
-            shard=0,
-            event_id=event_id,
-            event_type="load.test",
-            app="default",
-            body=body,
-            created_ms=now,
-            deliveries=[(ids.new_id("dlv", 0, now), e) for e in endpoint_ids],
+        payload = b'{"n":%d}' % n
+        event_id, _, _ = await publish_event(
+            store, endpoint_ids, event_type="load.test", payload=payload
         )
         published.append(event_id)
 

@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
+from conftest import publish_event
 
-from relay.domain import ids, signing
 from relay.domain.schema import endpoint_record
 from relay.endpoints.health import Health
 from relay.queue.store import Store
@@ -73,19 +73,8 @@ async def add_endpoint(store: Store, url: str, **extra: Any) -> dict[str, Any]:
 
 async def publish(store: Store, endpoint_id: str, payload: Any = None) -> str:
     """Publish one event with one delivery to ``endpoint_id``; returns the delivery id."""
-    now = int(time.time() * 1000)
-    event_id = ids.new_id("evt", 0, now)
-    delivery_id = ids.new_id("dlv", 0, now)
-    body = signing.build_body(event_id, "t", now, orjson.dumps(payload or {"n": 1}))
-    await store.publish(
-        shard=0,
-        event_id=event_id,
-        event_type="t",
-        app="default",
-        body=body,
-        created_ms=now,
-        deliveries=[(delivery_id, endpoint_id)],
-    )
+    body = orjson.dumps(payload or {"n": 1})
+    _, (delivery_id,), _ = await publish_event(store, [endpoint_id], event_type="t", payload=body)
     return delivery_id
 
 

@@ -23,9 +23,8 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import event_ids
+from conftest import event_ids, publish_event
 
-from relay.domain import ids, signing
 from relay.queue.store import Outcome, Store
 
 pytestmark = pytest.mark.realredis
@@ -35,21 +34,9 @@ LONG_LEASE_MS = 60_000
 
 async def seed(store: Store, n: int, endpoint_id: str = "ep_none") -> list[str]:
     """Publish one event with ``n`` deliveries (one script call); return their ids."""
-    now = int(time.time() * 1000)
-    event_id = ids.new_id("evt", 0, now)
-    deliveries = [(ids.new_id("dlv", 0, now), endpoint_id) for _ in range(n)]
-    body = signing.build_body(event_id, "race.test", now, b'{"n":1}')
-    taken = await store.publish(
-        shard=0,
-        event_id=event_id,
-        event_type="race.test",
-        app="default",
-        body=body,
-        created_ms=now,
-        deliveries=deliveries,
-    )
+    _, deliveries, taken = await publish_event(store, [endpoint_id] * n, event_type="race.test")
     assert taken is None
-    return [d for d, _ in deliveries]
+    return deliveries
 
 
 async def claim_all(store: Store, limit: int, lease_ms: int = LONG_LEASE_MS) -> list[str]:

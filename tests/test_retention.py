@@ -17,10 +17,10 @@ import fakeredis
 import orjson
 import pytest
 import structlog
-from conftest import event_ids, make_settings
+from conftest import event_ids, make_settings, publish_event
 
 from relay.delivery.worker import Worker
-from relay.domain import ids, signing
+from relay.domain import ids
 from relay.domain.schema import endpoint_record
 from relay.ops.retention import NONE, Retention
 from relay.queue.store import Outcome, Store, connect
@@ -52,19 +52,8 @@ async def add_endpoint(store: Store, url: str = "http://127.0.0.1:9/") -> str:
 
 
 async def publish(store: Store, endpoint_ids: list[str], n: int = 0) -> tuple[str, list[str]]:
-    now = int(time.time() * 1000)
-    event_id = ids.new_event_id(0, now)
-    dlv = [(ids.delivery_id(event_id, i), e) for i, e in enumerate(endpoint_ids)]
-    await store.publish(
-        shard=0,
-        event_id=event_id,
-        event_type="order.paid",
-        app="default",
-        body=signing.build_body(event_id, "order.paid", now, b'{"n":%d}' % n),
-        created_ms=now,
-        deliveries=dlv,
-    )
-    return event_id, [d for d, _ in dlv]
+    event_id, dlv, _ = await publish_event(store, endpoint_ids, payload=b'{"n":%d}' % n)
+    return event_id, dlv
 
 
 async def finish(store: Store, outcomes: dict[str, str]) -> None:

@@ -14,17 +14,15 @@ ECHO that marks the end, MONITOR). ``pytest -s`` prints the breakdown.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_settings
+from conftest import make_settings, publish_event
 
 from relay.delivery.worker import Worker
-from relay.domain import ids, signing
 from relay.domain.schema import endpoint_record
 from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer
@@ -74,17 +72,7 @@ class Monitor:
 
 
 async def publish(store: Store, endpoint_id: str, n: int) -> None:
-    now = int(time.time() * 1000)
-    event_id = ids.new_id("evt", 0, now)
-    await store.publish(
-        shard=0,
-        event_id=event_id,
-        event_type="rt.test",
-        app="default",
-        body=signing.build_body(event_id, "rt.test", now, b'{"n":%d}' % n),
-        created_ms=now,
-        deliveries=[(ids.new_id("dlv", 0, now), endpoint_id)],
-    )
+    await publish_event(store, [endpoint_id], event_type="rt.test", payload=b'{"n":%d}' % n)
 
 
 async def measure(

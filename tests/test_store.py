@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+from conftest import publish_event
 
 from relay.domain import ids, signing
 from relay.domain.schema import endpoint_record
@@ -57,21 +58,14 @@ async def publish(
     shard: int = 0,
     event_type: str = "order.paid",
 ) -> tuple[str, list[str], str | None]:
-    now = created_ms or int(time.time() * 1000)
-    event_id = ids.new_event_id(shard, now)
-    dlv = [(ids.delivery_id(event_id, i), e) for i, e in enumerate(endpoint_ids)]
-    body = signing.build_body(event_id, event_type, now, b'{"n":1}')
-    taken = await store.publish(
+    return await publish_event(
+        store,
+        endpoint_ids,
         shard=shard,
-        event_id=event_id,
         event_type=event_type,
-        app="default",
-        body=body,
-        created_ms=now,
-        deliveries=dlv,
+        created_ms=created_ms,
         idempotency=idem,
     )
-    return event_id, [d for d, _ in dlv], taken
 
 
 def outcome(

@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
+from conftest import publish_event
 
 from relay.cli import main
-from relay.domain import ids, signing
 from relay.domain.schema import endpoint_record
 from relay.endpoints.health import Health, waiting_reason
 from relay.queue.store import Store
@@ -40,18 +40,7 @@ async def setup(make_store: Any, make_api: Any, **endpoint: Any) -> tuple[Store,
     api = await make_api(store)
     ep = endpoint_record(url="http://127.0.0.1:9/hook", app="default", **endpoint)
     await store.put_endpoint(ep)
-    now = int(time.time() * 1000)
-    event_id = ids.new_id("evt", 0, now)
-    delivery = ids.new_id("dlv", 0, now)
-    await store.publish(
-        shard=0,
-        event_id=event_id,
-        event_type="order.paid",
-        app="default",
-        body=signing.build_body(event_id, "order.paid", now, b"{}"),
-        created_ms=now,
-        deliveries=[(delivery, ep["id"])],
-    )
+    _, (delivery,), _ = await publish_event(store, [ep["id"]], payload=b"{}")
     return store, api, ep["id"], delivery
 
 

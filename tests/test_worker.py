@@ -17,13 +17,14 @@ import orjson
 import pytest
 import structlog
 from aiohttp import web
+from conftest import publish_event
 from standardwebhooks.webhooks import Webhook
 
 import relay.delivery.worker
 from relay import __version__
 from relay.delivery import attempt, sender
 from relay.delivery.worker import Worker
-from relay.domain import ids, signing
+from relay.domain import signing
 from relay.domain.schema import endpoint_record
 from relay.queue.store import Claimed, Store
 from relay.redisproc import free_port
@@ -40,20 +41,9 @@ async def add_endpoint(store: Store, url: str, **extra: Any) -> dict[str, Any]:
 
 
 async def publish(store: Store, *endpoint_ids: str, payload: Any = None) -> tuple[str, list[str]]:
-    now = int(time.time() * 1000)
-    event_id = ids.new_id("evt", 0, now)
-    dlv = [(ids.new_id("dlv", 0, now), e) for e in endpoint_ids]
-    body = signing.build_body(event_id, "order.paid", now, orjson.dumps(payload or {"n": 1}))
-    await store.publish(
-        shard=0,
-        event_id=event_id,
-        event_type="order.paid",
-        app="default",
-        body=body,
-        created_ms=now,
-        deliveries=dlv,
-    )
-    return event_id, [d for d, _ in dlv]
+    body = orjson.dumps(payload or {"n": 1})
+    event_id, dlv, _ = await publish_event(store, list(endpoint_ids), payload=body)
+    return event_id, dlv
 
 
 @asynccontextmanager
