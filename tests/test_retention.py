@@ -342,12 +342,23 @@ async def memory(store: Store) -> int:
     count in used_memory); SLOWLOG RESET drops Redis's record of slow commands (up to 128
     entries with their arguments) and CONFIG RESETSTAT its per-command statistics (Redis
     7 keeps a latency histogram of some KB for every command name ever called): none of
-    that is relay's data.
+    that is relay's data. Then it is read until it holds still for half a second (at most
+    5 s): Redis frees some memory in its cron (100 ms a step), such as its keyspace
+    tables as they shrink, and one reading in three here came right after the last sweep
+    at +72 KB against +6.6 KB (the cause not pinned down). A leak holds still too, so it
+    still fails the test.
     """
     await store.redis.connection_pool.disconnect()
     await store.redis.slowlog_reset()
     await store.redis.config_resetstat()
-    return int((await store.redis.info("memory"))["used_memory"])
+    used = int((await store.redis.info("memory"))["used_memory"])
+    for _ in range(10):
+        await asyncio.sleep(0.5)
+        again = int((await store.redis.info("memory"))["used_memory"])
+        if again == used:
+            break
+        used = again
+    return used
 
 
 async def index_sizes(store: Store, endpoint_id: str) -> dict[str, int]:
