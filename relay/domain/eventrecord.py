@@ -59,7 +59,7 @@ def pack(
         "app": app,
         "max_attempts": max_attempts,
         "d": [
-            e if i < ids.MAX_DELIVERIES and d == ids.delivery_id(event_id, i) else [d, e]
+            e if ids.is_delivery_of(d, event_id, i) else [d, e]
             for i, (d, e) in enumerate(deliveries)
         ],
     }

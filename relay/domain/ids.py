@@ -58,6 +58,12 @@ def delivery_id(event_id: str, index: int) -> str:
     return f"dlv_{event_id[4:-2]}{_b32(index, 2)}"
 
 
+def is_delivery_of(delivery: str, event_id: str, index: int) -> bool:
+    """Whether ``delivery`` is the id :func:`delivery_id` makes for delivery ``index`` of
+    ``event_id`` (else it is one of an older layout, with an id of its own)."""
+    return 0 <= index < MAX_DELIVERIES and delivery == delivery_id(event_id, index)
+
+
 def derived(delivery: str) -> tuple[str, int] | None:
     """``(event id, index)`` for a delivery id made by :func:`delivery_id`, else None
     (a well-formed id is assumed: the caller knows it is a delivery of layout v3)."""

@@ -75,16 +75,14 @@ class Transitions(StoreBase):
                 trace=trace,
             ),
             created_ms,
-            "",  # layout v2's max attempts: in the event's header now
             sk.wake,
-            "",  # layout v1's deliveries JSON: in the event's header now
             int(self.settings.retention * 1000),  # TTL of an event with no delivery
             len(deliveries),
         ]
         for i, (delivery_id, endpoint_id) in enumerate(deliveries):
             keys += [sk.delivery(delivery_id), sk.endpoint_index(endpoint_id)]
             # a delivery whose id does not derive from the event's gets a hash now
-            derived = i < ids.MAX_DELIVERIES and delivery_id == ids.delivery_id(event_id, i)
+            derived = ids.is_delivery_of(delivery_id, event_id, i)
             args += [delivery_id, endpoint_id, "" if derived else "1"]
         keys.append(sk.queued)
         args.append(sk.lane_prefix if lanes else "")

@@ -13,16 +13,15 @@
 -- ARGV[2]  idempotency value (JSON: body hash + first answer)
 -- ARGV[3]  idempotency TTL, ms
 -- ARGV[4]  event id   ARGV[5] type   ARGV[6] app
--- ARGV[7]  the event as stored: its header line, a newline, the body (exact bytes sent,
---          maybe compressed); relay/domain/eventrecord.py
--- ARGV[8]  created_at, ms        ARGV[9] "" (layout v2's max attempts: in the header now)
--- ARGV[10] wake channel          ARGV[11] ""
--- ARGV[12] retention, ms: an event with no delivery is not indexed and expires after it
--- ARGV[13] n, the number of deliveries
--- ARGV[14..13+3n] per delivery, three values: delivery id, endpoint id, and "1" when its
+-- ARGV[7]  the event as stored: its header line, a newline, its payload (maybe
+--          compressed); relay/domain/eventrecord.py
+-- ARGV[8]  created_at, ms        ARGV[9] wake channel
+-- ARGV[10] retention, ms: an event with no delivery is not indexed and expires after it
+-- ARGV[11] n, the number of deliveries
+-- ARGV[12..11+3n] per delivery, three values: delivery id, endpoint id, and "1" when its
 --          id does not derive from the event's (relay/domain/ids.py), else ""
--- ARGV[14+3n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
--- ARGV[15+3n..14+5n] (only with a lane prefix) per delivery, two values: its lane
+-- ARGV[12+3n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
+-- ARGV[13+3n..12+5n] (only with a lane prefix) per delivery, two values: its lane
 --          ("" unordered; else <endpoint_id> or <endpoint_id>:<ordering_key>) and
 --          "skip" | "block" (what its lane does when it goes dead)
 --
@@ -55,11 +54,11 @@ local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local created = ARGV[8]
 
-local n = tonumber(ARGV[13])
+local n = tonumber(ARGV[11])
 if n > 0 then
   redis.call("SET", KEYS[2], ARGV[7])
 else -- no delivery will ever expire it, so it carries its own TTL
-  redis.call("SET", KEYS[2], ARGV[7], "PX", ARGV[12])
+  redis.call("SET", KEYS[2], ARGV[7], "PX", ARGV[10])
   return {1}
 end
 
@@ -74,23 +73,31 @@ local function zadd_all(key, pairs)
   end
 end
 
-local lane_prefix = ARGV[14 + 3 * n]
+local lane_prefix = ARGV[12 + 3 * n]
 local due = {}
 for i = 1, n do
   local dkey = KEYS[3 + 2 * i]
-  local b = 13 + 3 * (i - 1)
+  local b = 11 + 3 * (i - 1)
   local did, eid, explicit = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3] == "1"
-  local lane = lane_prefix ~= "" and ARGV[13 + 3 * n + 2 * i] or ""
+  local lane = lane_prefix ~= "" and ARGV[11 + 3 * n + 2 * i] or ""
   local head = true
   if lane ~= "" then  -- ordered: joins its lane; only the head goes to due
     head = redis.call("RPUSH", lane_prefix .. lane, did) == 1
-    redis.call("HSET", dkey, "endpoint_id", eid, "app", ARGV[6], "type", ARGV[5],
-      "status", head and "pending" or "queued", "attempts", 0, "lane", lane,
-      "on_dead", ARGV[14 + 3 * n + 2 * i])
   end
-  if explicit then
-    redis.call("HSET", dkey, "event_id", ARGV[4], "endpoint_id", eid, "app", ARGV[6],
-      "type", ARGV[5], "status", head and "pending" or "queued", "attempts", 0)
+  if lane ~= "" or explicit then  -- more to keep than its id and its event say
+    local fields = {"endpoint_id", eid, "app", ARGV[6], "type", ARGV[5],
+      "status", head and "pending" or "queued", "attempts", 0}
+    if lane ~= "" then
+      fields[#fields + 1] = "lane"
+      fields[#fields + 1] = lane
+      fields[#fields + 1] = "on_dead"
+      fields[#fields + 1] = ARGV[12 + 3 * n + 2 * i]
+    end
+    if explicit then
+      fields[#fields + 1] = "event_id"
+      fields[#fields + 1] = ARGV[4]
+    end
+    redis.call("HSET", dkey, unpack(fields))
   end
   if head then
     due[#due + 1] = now
@@ -103,6 +110,6 @@ end
 if #due > 0 then zadd_all(KEYS[3], due) end
 redis.call("ZADD", KEYS[4], created, ARGV[4])
 if wake and #due > 0 then
-  redis.call("PUBLISH", ARGV[10], "due")
+  redis.call("PUBLISH", ARGV[9], "due")
 end
 return {1}
