@@ -126,6 +126,11 @@ async def test_migrate_moves_everything_and_today_s_code_reads_it_as_the_old_did
         indexed.update(await store.redis.zrange(key, 0, -1, withscores=True))
     assert indexed == {e: float(ev["created_at"]) for e, ev in DATA["events"].items()}
     assert await store.legacy_left() is None
+    # a moved delivery keeps no next_attempt_at: v3 reads it from the due score
+    moved = [k for k in await _keys(store, "v3") if ":dlv:" in k]
+    assert len(moved) == len(DATA["deliveries"])
+    for key in moved:
+        assert not await store.redis.hexists(key, "next_attempt_at"), key
     assert (await store.migrate()).keys == 0  # run again: nothing left to move
 
     # every event and delivery reads exactly as the v1 code answered for it

@@ -9,8 +9,8 @@ index. The old indexes v3 has not are deleted: v1's ``events`` (written, never r
 the ``deliveries`` index of v1 and v2 (v3 indexes events). Every other key is copied as
 it is (``DUMP`` then ``RESTORE`` with its TTL), then the old key is deleted: delivery
 hashes too, which layout v3 reads as they are (their ids do not derive from their
-event's, so they keep naming it; what v3 takes from an index score instead, such as
-``next_attempt_at``, is read from there).
+event's, so they keep naming it), less ``next_attempt_at``, which v3 reads from the due
+score and no longer writes.
 
 Key by key, each copied before its old key goes, and idempotent: a run cut short is run
 again, and a key already under v3 is not written twice (the copy is skipped, the old key
@@ -37,6 +37,9 @@ OLD = ("v1", "v2")
 # v1's and v2's deliveries index (v3's ``events`` lists events: each event moved is
 # indexed as it is moved).
 DROPPED = {"events", "deliveries"}
+# Fields of a delivery hash layout v3 no longer keeps up to date (the due score holds the
+# next attempt): deleted from a hash as it is moved, so no v3 script has to know of them.
+STALE_DELIVERY_FIELDS = ("next_attempt_at",)
 
 
 @dataclass
@@ -117,6 +120,8 @@ class Migration(StoreBase):
                     continue
                 target = new_root + key[len(old_root) :]
                 moved = await self._move(key, target, event=kind == "evt")
+                if moved is not None and kind == "dlv":
+                    await self.redis.hdel(target, *STALE_DELIVERY_FIELDS)
                 if moved is None:
                     continue  # gone between the scan and now (a TTL ran out)
                 done.keys += 1

@@ -40,9 +40,9 @@
 -- Layout v3 keeps what can be read elsewhere out of the hash: a finished delivery's
 -- finished_at and next_attempt_at are the scores of its index (succeeded, dead, due), and
 -- a first request that succeeded keeps no last_attempt_at, last_status_code, worker or
--- last_error (a1 says when, what and who). Commands per outcome: one HMGET, one HSET, one HDEL (and the log's RPUSH
--- but for a1); the ZREM from processing and the ZADDs to due, succeeded and dead are one
--- command each for the whole batch.
+-- last_error (a1 says when, what and who). Commands per outcome: one HMGET, one HSET,
+-- one HDEL (and the log's RPUSH but for a1); the ZREM from processing and the ZADDs to
+-- due, succeeded and dead are one command each for the whole batch.
 --
 -- Returns one integer per item: 1 recorded, 0 fenced (claim superseded).
 local t = redis.call("TIME")
@@ -117,7 +117,7 @@ for i = 1, n do
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local code, err, entry = ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
   local f = redis.call("HMGET", dkey, "claim", "recorded", "lane", "on_dead", "log_n",
-    "endpoint_id", "event_id")
+    "endpoint_id")
   local mine = f[1] == token
   if not mine and f[2] == token then
     res[i] = 1  -- this very outcome was written already: a retried write
@@ -143,19 +143,12 @@ for i = 1, n do
   else
     local num = (tonumber(f[5]) or 0) + 1
     local drop = {"claim", "lease_until"}
-    if f[7] then drop[#drop + 1] = "next_attempt_at" end  -- a hash of layout v2 keeps one
     if num == 1 and outcome == "succeeded" and ARGV[b + 8] ~= "" then
       -- the common case: the first request succeeded; a1 is its whole log, and says its
-      -- time, status code and worker (a first request leaves no other last_* field,
-      -- but in a hash of layout v2)
+      -- time, status code and worker (no request before it left a last_* field)
       redis.call("HSET", dkey, "status", "succeeded", "updated_at", now, "recorded", token,
         "a1", ARGV[b + 8], "log_n", 1)
       drop[#drop + 1] = "worker"
-      if f[7] then
-        drop[#drop + 1] = "last_error"
-        drop[#drop + 1] = "last_attempt_at"
-        drop[#drop + 1] = "last_status_code"
-      end
     else
       if code == "" then drop[#drop + 1] = "last_status_code" end
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',' .. string.sub(entry, 2))
