@@ -262,6 +262,17 @@ async def test_no_wait_sent_without_ack_replicas(pair: Pair, stores: Any, make_a
     assert pair.wait_calls() == 1
 
 
+async def test_a_confirmed_call_after_script_flush_loads_the_script(pair: Pair, acked: Any) -> None:
+    """The script and its WAIT in one pipeline: NOSCRIPT there loads the script (the
+    helper a claim's undecoded call uses too) and sends both again."""
+    store, api = acked
+    pair.p.script_flush()
+    resp = await call(api, "POST", "/v1/events", json={"type": "t", "payload": 1})
+    assert resp.status == 201, resp.data
+    assert pair.p.script_exists(store.scripts.publish.sha) == [True]
+    assert pair.r.exists(event_key(store, resp.data["id"]))
+
+
 def test_settings() -> None:
     s = Settings.from_env({"RELAY_ACK_REPLICAS": "2", "RELAY_ACK_TIMEOUT": "250ms"})
     assert (s.ack_replicas, s.ack_timeout) == (2, 0.25)

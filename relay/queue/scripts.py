@@ -149,10 +149,14 @@ class _Call:
                     "EVALSHA", self.sha, len(keys), *keys, *args, **{NEVER_DECODE: True}
                 )
             except NoScriptError:
-                self.script.sha = await client.script_load(self._owner._sources[self._name])
-                if isinstance(self.script.sha, dict):  # a cluster answers per node
-                    self.script.sha = next(iter(self.script.sha.values()))
+                await self._reload()
         raise NoScriptError(f"script {self._name} could not be loaded")
+
+    async def _reload(self) -> None:
+        """``SCRIPT LOAD`` this script (at start; again after a Redis restart or ``SCRIPT
+        FLUSH``); a cluster loads it on every primary and answers per node."""
+        sha = await self._owner._client.script_load(self._owner._sources[self._name])
+        self.script.sha = next(iter(sha.values())) if isinstance(sha, dict) else sha
 
     async def _confirmed(
         self, replicas: int, timeout_s: float, keys: Sequence[Any], args: Sequence[Any]
@@ -177,7 +181,7 @@ class _Call:
                 pipe.execute_command("WAIT", replicas, timeout_ms)
                 reply, acked = await pipe.execute(raise_on_error=False)
             if isinstance(reply, NoScriptError):
-                self.script.sha = await client.script_load(self._owner._sources[self._name])
+                await self._reload()
                 continue
             if isinstance(reply, BaseException):
                 raise reply
@@ -214,8 +218,5 @@ class Scripts:
 
     async def load(self) -> None:
         """``SCRIPT LOAD`` every script once (on every primary, for a cluster)."""
-        for name, src in self._sources.items():
-            sha = await self._client.script_load(src)
-            if isinstance(sha, dict):  # a cluster answers per node
-                sha = next(iter(sha.values()))
-            self._calls[name].script.sha = sha
+        for call in self._calls.values():
+            await call._reload()
