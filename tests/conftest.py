@@ -277,6 +277,7 @@ async def publish_event(
     payload: bytes = b'{"n":1}',
     created_ms: int | None = None,
     idempotency: tuple[str, bytes] | None = None,
+    app: str = "default",
 ) -> tuple[str, list[str], str | None]:
     """One event to ``endpoint_ids`` through ``Store.publish``, with ids as
     ``relay.publishing`` makes them (layout v3: the delivery ids derive from the event's,
@@ -289,7 +290,7 @@ async def publish_event(
         shard=shard,
         event_id=event_id,
         event_type=event_type,
-        app="default",
+        app=app,
         body=signing.build_body(event_id, event_type, now, payload),
         created_ms=now,
         deliveries=deliveries,

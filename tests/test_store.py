@@ -141,6 +141,21 @@ async def test_publish_writes_event_deliveries_and_indexes(st: Store) -> None:
         assert list(await zmembers(st, sk.endpoint_index(ep["id"]))) == [d]
 
 
+async def test_app_of_a_delivery_with_or_without_its_hash(st: Store) -> None:
+    """The access check's read: a delivery as published (no hash yet) has its event's app,
+    as one with a hash has its own; an id that names nothing has none. Seen failing with
+    the read of a delivery without a hash left out of app_of (nothing tested it before)."""
+    ep = await add_endpoint(st, app="shop")
+    event_id, (d,), _ = await publish_event(st, [ep["id"]], app="shop")
+    assert not await st.redis.exists(st.keys.shard(0).delivery(d))
+    assert await st.app_of("delivery", d) == "shop"
+    assert await st.app_of("event", event_id) == "shop"
+    (c,) = (await claim(st)).items
+    assert c.id == d and await st.app_of("delivery", d) == "shop"
+    assert await st.app_of("delivery", ids.delivery_id(event_id, 1)) is None
+    assert await st.app_of("delivery", "dlv_nothing") is None
+
+
 async def test_publish_with_ids_of_another_layout_writes_their_hashes(st: Store) -> None:
     """Deliveries whose ids do not derive from the event's (moved from layout v2 by relay
     migrate) are listed with their ids in the header and keep a hash that names the event."""

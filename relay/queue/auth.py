@@ -8,8 +8,9 @@ credential carries a TTL: ``expires_at`` plus ``PORTAL_LINGER``, the while durin
 it answers "expired" rather than "unknown"; one opened with an API key is noted under
 that key (``Keys.key_sessions``), and revoking the key deletes it too.
 
-Also here: the app a resource belongs to (``app_of``), the one read the API's access
-check makes before a scoped request for one endpoint, event or delivery.
+The app a resource belongs to, which the API's access check reads before a scoped
+request for one endpoint, event or delivery, is ``Reads.app_of``: a delivery's is read as
+any other read of it is.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from typing import Any
 
 import orjson
 
-from relay.domain import eventrecord, ids
 from relay.queue.base import StoreBase
-from relay.queue.records import record_of
 
 PORTAL_LINGER_MS = 86_400_000  # an expired portal token says "token_expired" for a day
 
@@ -143,28 +142,6 @@ class AuthRecords(StoreBase):
         if not int(await self.scripts.portal_create(keys=keys, args=args, ack=ack)):
             raise ValueError("portal session token hash taken")  # 256 random bits: never
         return expires_at
-
-    async def app_of(self, kind: str, ident: str) -> str | None:
-        """The app of an endpoint, event or delivery; None when it does not exist."""
-        if kind == "endpoint":
-            raw = await self.redis.hget(self.keys.endpoints, ident)
-            return str(orjson.loads(raw)["app"]) if raw else None
-        sk = self.shard_keys_for(ident)
-        if sk is None:
-            return None
-        if kind == "event":
-            raw = await self.redis.get(sk.event(ident))
-            return str(eventrecord.header_of(raw)["app"]) if raw is not None else None
-        app = await self.redis.hget(sk.delivery(ident), "app")
-        if app is not None:
-            return str(app)
-        # layout v3: a delivery as published has no hash; its event's header has its app
-        derived = ids.derived(ident)
-        if derived is None or await self.redis.zscore(sk.due, ident) is None:
-            return None
-        raw = await self.redis.get(sk.event(derived[0]))
-        row = record_of(ident, {}, 0, eventrecord.header_of(raw)) if raw else None
-        return str(row["app"]) if row is not None else None
 
 
 def _key_view(row: dict[str, str]) -> dict[str, Any]:

@@ -52,6 +52,25 @@ class Reads(StoreBase):
             record["lane_blocked"] = since is not None
         return record
 
+    async def app_of(self, kind: str, ident: str) -> str | None:
+        """The app of an endpoint, event or delivery; None when it does not exist (the one
+        read the API's access check makes before a scoped request for one of them)."""
+        if kind == "endpoint":
+            raw = await self.redis.hget(self.keys.endpoints, ident)
+            return str(orjson.loads(raw)["app"]) if raw else None
+        sk = self.shard_keys_for(ident)
+        if sk is None:
+            return None
+        if kind == "event":
+            raw = await self.redis.get(sk.event(ident))
+            return str(eventrecord.header_of(raw)["app"]) if raw is not None else None
+        app = await self.redis.hget(sk.delivery(ident), "app")
+        if app is not None:
+            return str(app)
+        # a delivery as published has no hash (layout v3): read it as any read does
+        row = await self.get_delivery(ident, with_log=False)
+        return str(row["app"]) if row is not None else None
+
     async def get_deliveries(self, sk: ShardKeys, delivery_ids: Sequence[str]) -> list[dict]:
         return await self._rows(sk, delivery_ids) if delivery_ids else []
 
