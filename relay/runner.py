@@ -127,30 +127,39 @@ async def run_worker(
             await exporter.cleanup()
 
 
+async def open_store(settings: Settings, stop: asyncio.Event) -> Store | None:
+    """A Store ready to serve, waiting for Redis while it is down (None: stopped first):
+    its scripts loaded, Redis checked (:func:`check_redis`), and no key of an older layout
+    left (RedisRefused). The layout probe waits too: a process started during a failover
+    never runs on a Redis it could not check."""
+    store = Store(connect(settings), settings)
+    up, _ = await _until_up(stop, store.start)  # the scripts loaded
+    try:
+        if up:
+            await check_redis(store)
+            up, old = await _until_up(stop, store.legacy_left)
+            if old:
+                raise RedisRefused(
+                    f"it holds relay's key layout {old} under the prefix "
+                    f"{settings.key_prefix!r}: stop every relay process, run `relay migrate`,"
+                    " then start this version"
+                )
+    except RedisRefused:
+        await store.close()
+        raise
+    if not up:
+        await store.close()
+        return None
+    return store
+
+
 async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
     """Run the API and/or a worker until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     _stop_on_signals(stop)
-    store = Store(connect(settings), settings)
-    up, _ = await _until_up(stop, store.start)  # the scripts loaded
-    if not up:
-        await store.close()
+    store = await open_store(settings, stop)
+    if store is None:
         return
-    try:
-        await check_redis(store)
-        # never run on a Redis that could not be checked for an older layout
-        up, old = await _until_up(stop, store.legacy_left)
-        if not up:
-            await store.close()
-            return
-        if old:
-            raise RedisRefused(
-                f"it holds relay's key layout {old} under the prefix {settings.key_prefix!r}:"
-                " stop every relay process, run `relay migrate`, then start this version"
-            )
-    except RedisRefused:
-        await store.close()
-        raise
     runner = None
     tasks = []
     try:

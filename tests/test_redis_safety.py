@@ -9,20 +9,25 @@ no``; ``relay stats --json`` had no ``redis`` key.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from relay.domain.redisfacts import RedisFacts, judge
+from relay.queue.store import Store
 from relay.redisproc import RedisServer, free_port
-from relay.runner import RedisRefused, check_redis
+from relay.runner import RedisRefused, check_redis, open_store
+from relay.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 RELAY = [sys.executable, "-m", "relay"]
@@ -209,3 +214,31 @@ async def test_every_cluster_primary_is_checked(cluster_store: Any) -> None:
             "CONFIG SET", "maxmemory-policy", "noeviction", target_nodes=other
         )
     await check_redis(store)  # all three noeviction again: starts
+
+
+async def test_start_up_waits_out_redis_going_away_before_the_layout_probe(
+    redis_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process started during a failover (scripts loaded, then the primary gone) waits
+    for Redis at the layout probe instead of exiting. Seen failing with the probe called
+    once, unguarded (crash_failover saw a replacement worker exit 1 that way)."""
+    calls = 0
+    probe = Store.legacy_left
+
+    async def flaky(self: Store) -> str | None:
+        nonlocal calls
+        calls += 1
+        if calls <= 2:
+            raise RedisConnectionError("Connection refused: the primary is gone")
+        return await probe(self)
+
+    monkeypatch.setattr(Store, "legacy_left", flaky)
+    settings = Settings(redis_url=redis_server.url, key_prefix="up" + uuid.uuid4().hex[:8])
+    store = await open_store(settings, asyncio.Event())
+    assert store is not None and calls == 3
+    await store.close()
+    # stopped while it waits: no Store, nothing left open
+    calls = -100
+    stop = asyncio.Event()
+    stop.set()
+    assert await open_store(settings, stop) is None
