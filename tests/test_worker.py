@@ -109,11 +109,10 @@ async def test_2xx_succeeds_signed_with_every_header(make_store: Any, receiver: 
     assert entry["worker"] == store.settings.worker_id and entry["duration_ms"] >= 0
 
 
-async def test_the_headers_sent_are_relays_own_and_nothing_else() -> None:
-    """Every header on the wire, in order, as a raw server reads them: relay's own (no
-    second Content-Type or User-Agent from aiohttp), custom ones before them and never
-    in their place. Seen failing with relay's content-type left out of signed_headers
-    (aiohttp then adds one: application/octet-stream)."""
+@asynccontextmanager
+async def raw_server(extra: bytes = b"") -> AsyncIterator[tuple[int, list[list[str]]]]:
+    """A bare HTTP/1.1 server on loopback that answers 200 (with the ``extra`` header
+    lines) and keeps each request's header lines as sent; yields its port and them."""
     heads: list[list[str]] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -121,25 +120,44 @@ async def test_the_headers_sent_are_relays_own_and_nothing_else() -> None:
         heads.append(head)
         length = next(int(h.split(":")[1]) for h in head if h.lower().startswith("content-l"))
         await reader.readexactly(length)
-        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\n" + extra + b"Connection: close\r\nContent-Length: 0\r\n\r\n"
+        )
         await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/h"
-    session = sender.make_session(timeout=5, limit=4, allow_private=True)
-    custom = {"X-Team": "payments", "user-agent": "other", "Content-Type": "text/plain"}
     try:
-        for extra in (None, custom):
-            # as stored before validation refused relay's own header names
-            ep = {"id": "ep_1", "url": url, "secret": signing.generate_secret(), "headers": extra}
+        yield server.sockets[0].getsockname()[1], heads
+    finally:
+        server.close()
+
+
+async def send_each(urls: list[str], headers: list[dict[str, str] | None]) -> None:
+    """One request to each url through one worker session, as the worker sends them."""
+    session = sender.make_session(timeout=5, limit=4, allow_private=True)
+    try:
+        for n, (url, extra) in enumerate(zip(urls, headers, strict=True)):
+            secret = signing.generate_secret()
+            ep = {"id": f"ep_{n}", "url": url, "secret": secret, "headers": extra}
             got = await sender.send(
                 session, endpoint=ep, event_id="evt_1", delivery_id="dlv_1", attempt=2, body=b"{}"
             )
             assert got.status == 200
     finally:
         await session.close()
-        server.close()
+
+
+async def test_the_headers_sent_are_relays_own_and_nothing_else() -> None:
+    """Every header on the wire, in order, as a raw server reads them: relay's own (no
+    second Content-Type or User-Agent from aiohttp), custom ones before them and never
+    in their place. Seen failing with relay's content-type left out of signed_headers
+    (aiohttp then adds one: application/octet-stream)."""
+    custom = {"X-Team": "payments", "user-agent": "other", "Content-Type": "text/plain"}
+    async with raw_server() as (port, heads):
+        url = f"http://127.0.0.1:{port}/h"
+        # as stored before validation refused relay's own header names
+        await send_each([url, url], [None, custom])
     own = [
         "content-type: application/json",
         f"user-agent: relay/{__version__}",
@@ -162,38 +180,12 @@ async def test_a_cookie_one_endpoint_sets_is_never_sent_to_another() -> None:
     """One session sends for every tenant: a receiver's Set-Cookie is not kept. Seen
     failing with aiohttp's default cookie jar (the second endpoint, another app's path on
     the same host, got ``Cookie: session=tenant-a``)."""
-    heads: list[str] = []
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = (await reader.readuntil(b"\r\n\r\n")).decode()
-        heads.append(head)
-        length = next(
-            int(h.split(":")[1]) for h in head.split("\r\n") if h.lower().startswith("content-l")
-        )
-        await reader.readexactly(length)
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nSet-Cookie: session=tenant-a; Path=/\r\n"
-            b"Connection: close\r\nContent-Length: 0\r\n\r\n"
-        )
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    # a host name: aiohttp's default jar takes no cookie from a bare IP address
-    base = f"http://localhost:{server.sockets[0].getsockname()[1]}"
-    session = sender.make_session(timeout=5, limit=4, allow_private=True)
-    try:
-        for n, path in enumerate(("/tenant-a", "/tenant-b", "/tenant-a")):
-            ep = {"id": f"ep_{n}", "url": base + path, "secret": signing.generate_secret()}
-            got = await sender.send(
-                session, endpoint=ep, event_id="evt_1", delivery_id="dlv_1", attempt=1, body=b"{}"
-            )
-            assert got.status == 200
-    finally:
-        await session.close()
-        server.close()
+    async with raw_server(b"Set-Cookie: session=tenant-a; Path=/\r\n") as (port, heads):
+        # a host name: aiohttp's default jar takes no cookie from a bare IP address
+        base = f"http://localhost:{port}"
+        await send_each([base + p for p in ("/tenant-a", "/tenant-b", "/tenant-a")], [None] * 3)
     assert len(heads) == 3
-    assert not any("cookie:" in h.lower() for h in heads), heads
+    assert not any(h.lower().startswith("cookie:") for head in heads for h in head), heads
 
 
 async def test_500_retried_on_schedule_then_dead(make_store: Any, receiver: Any) -> None:
