@@ -24,7 +24,7 @@ import relay.delivery.worker
 from relay import __version__
 from relay.delivery import attempt, sender
 from relay.delivery.worker import Worker
-from relay.domain import signing
+from relay.domain import eventrecord, ids, signing
 from relay.domain.schema import endpoint_record
 from relay.queue.store import Claimed, Store
 from relay.redisproc import free_port
@@ -107,6 +107,26 @@ async def test_2xx_succeeds_signed_with_every_header(make_store: Any, receiver: 
     (entry,) = got["attempt_log"]
     assert entry["status_code"] == 200 and entry["outcome"] == "succeeded"
     assert entry["worker"] == store.settings.worker_id and entry["duration_ms"] >= 0
+
+
+async def test_a_compressed_payload_arrives_byte_for_byte(make_store: Any, receiver: Any) -> None:
+    """Layout v3 stores a payload of 256 bytes and more zlib-compressed, without its
+    envelope; the claim reads it as bytes, and the body sent is made again from it: byte
+    for byte the body relay.publishing built, signed over those bytes."""
+    store = await make_store()
+    ep = await add_endpoint(store, receiver.url + "/ok")
+    items = [{"sku": f"SKU-{i:04d}", "name": "grüße \u2603", "qty": i} for i in range(40)]
+    event_id, (d,) = await publish(store, ep["id"], payload={"items": items})
+    raw = await store.redis.get(store.keys.shard(0).event(event_id))
+    assert eventrecord.header_of(raw)["z"] == 1
+    async with running(store):
+        await status_is(store, d, "succeeded")
+    (req,) = receiver.requests
+    created = ids.created_ms(event_id)
+    assert created is not None
+    sent = signing.build_body(event_id, "order.paid", created, orjson.dumps({"items": items}))
+    assert req.body == sent
+    Webhook(ep["secret"]).verify(req.body, req.headers)
 
 
 @asynccontextmanager
