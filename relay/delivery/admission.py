@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from relay.delivery.groupcommit import GroupCommit, log_failure
+from relay.delivery.groupcommit import GroupCommit, log_failed
 from relay.delivery.inflight import InFlight
 from relay.delivery.stats import Stats
 from relay.endpoints.health import Health, Windows
@@ -96,10 +96,8 @@ class Admission:
                 self.spawn(sk, c, endpoint)
             else:  # not sent, so not charged: back to due after the wait
                 self.stats.deferred += 1
-                fut = self.recorder.submit(
-                    sk, Outcome(c.id, c.token, "defer", wait, None, "", b"{}")
-                )
-                fut.add_done_callback(log_failure)
+                deferred = Outcome(c.id, c.token, "defer", wait, None, "", b"{}")
+                self.recorder.submit_then(sk, deferred, log_failed)
 
     async def hold(self, sk: ShardKeys, endpoint_id: str, cs: list[Claimed]) -> None:
         """Park deliveries of a disabled endpoint until it is enabled again."""

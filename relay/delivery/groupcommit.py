@@ -13,7 +13,6 @@ Dropping a finished outcome would let its lease run out and the delivery be sent
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -59,18 +58,12 @@ class GroupCommit:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=self._name)
 
-    def submit(self, key: Any, item: Any, deadline: Deadline | None = None) -> asyncio.Future[Any]:
-        """Queue ``item``; retried until ``deadline()`` (default: ``budget`` from now).
-        The future gets its result (or the exception that ended its write)."""
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.submit_then(key, item, functools.partial(_resolve, fut), deadline)
-        return fut
-
     def submit_then(
         self, key: Any, item: Any, done: Done, deadline: Deadline | None = None
     ) -> None:
-        """Queue ``item`` like :meth:`submit`, and call ``done`` (from this group commit's
-        task, in its context) when its write has ended: no future, no scheduled callback."""
+        """Queue ``item``, retried until ``deadline()`` (default: ``budget`` from now), and
+        call ``done(result, exception)`` (from this group commit's task, in its context)
+        when its write has ended: no future, no scheduled callback."""
         if deadline is None:
             at = time.monotonic() + self._budget
             deadline = lambda: at  # noqa: E731
@@ -118,15 +111,6 @@ class GroupCommit:
                 self._idle.set()
 
 
-def _resolve(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is None:
-        fut.set_result(result)
-    else:
-        fut.set_exception(exc)
-
-
 def _latest(batch: list[tuple[Any, Done, Deadline]]) -> Deadline:
     """The batch's deadline: the latest of its items' (each read afresh, as leases move)."""
     deadlines = [d for _, _, d in batch]
@@ -158,9 +142,8 @@ async def with_retries(
         delay = min(delay * 2, 1.0)
 
 
-def log_failure(fut: asyncio.Future[Any]) -> None:
-    """A done-callback that retrieves (and logs) a failed write's exception, so nothing
-    prints "Future exception was never retrieved"."""
-    if not fut.cancelled() and fut.exception() is not None:
-        exc = fut.exception()
+def log_failed(result: Any, exc: BaseException | None) -> None:
+    """The ``done`` of a write nobody waits for (a deferral, a neutral settle at
+    shutdown): its failure is logged."""
+    if exc is not None:
         log.warning("write.failed", error=str(exc) or type(exc).__name__)

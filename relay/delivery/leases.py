@@ -13,7 +13,7 @@ import time
 
 import structlog
 
-from relay.delivery.groupcommit import GroupCommit, log_failure
+from relay.delivery.groupcommit import GroupCommit, log_failed
 from relay.delivery.inflight import InFlight, by_shard
 from relay.delivery.stats import Stats
 from relay.ops import metrics
@@ -79,6 +79,4 @@ class Leases:
         # they expire: a neutral result, no verdict on the endpoint's health.
         for f in unfinished:
             if f.endpoint is not None:
-                settler.submit(f.endpoint["id"], (f.claim.token, "-")).add_done_callback(
-                    log_failure
-                )
+                settler.submit_then(f.endpoint["id"], (f.claim.token, "-"), log_failed)
