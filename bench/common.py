@@ -54,14 +54,15 @@ class Procs:
         self.procs.append(proc)
         return proc
 
-    def fresh_redis(self, name: str) -> RedisServer:
-        """A new redis-server with an empty data dir; no AOF (throughput runs; see README)."""
+    def fresh_redis(self, name: str, binary: str | None = None) -> RedisServer:
+        """A new redis-server with an empty data dir; no AOF (throughput runs; see README).
+        ``binary``: another executable to start it with (bench/instructions.py)."""
         data = TMP / f"redis-{name}"
         if data.exists():
             for f in data.iterdir():
                 f.unlink()
-        srv = RedisServer(data_dir=data, appendonly=False)
-        srv.start()
+        srv = RedisServer(data_dir=data, appendonly=False, binary=binary)
+        srv.start(timeout=60)
         self.redis.append(srv)
         return srv
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -110,10 +111,11 @@ async def relay(
     endpoints: int = 1,
     extra_env: dict[str, str] | None = None,
     redis_delay_ms: float = 0.0,
+    redis_binary: Path | None = None,
 ) -> AsyncIterator[Relay]:
     procs = Procs()
     try:
-        srv = procs.fresh_redis(name)
+        srv = procs.fresh_redis(name, str(redis_binary) if redis_binary else None)
         redis_url = srv.url
         if redis_delay_ms > 0:  # relay reaches its Redis through a delaying proxy
             redis_url = await _delay_proxy(procs, name, srv, redis_delay_ms)
