@@ -14,7 +14,7 @@
 --          The due ids are only known in here, so their delivery and event keys are
 --          prefix .. id; they share the shard's hash tag, hence the slot of KEYS[1].
 -- ARGV[3]  batch limit   ARGV[4] lease, ms
--- ARGV[5]  claim token prefix (unique per call); token i is ARGV[5] .. i
+-- ARGV[5]  claim token prefix (unique per call); token i is ARGV[5] .. i in base 32
 -- ARGV[6]  worker id
 --
 -- A delivery claimed for the first time has no hash yet (publish.lua writes none): its
@@ -26,13 +26,27 @@
 -- Returns {now, next_due or -1, next_lease_expiry or -1, n,
 --          then n groups of 7: id, token, attempts, max_attempts, event_id, endpoint_id,
 --          the event as stored (relay/domain/eventrecord.py: a header line, the body)}
+-- Times and counts go to Redis as strings made once per call: a Lua number passed to
+-- redis.call is formatted with "%.17g" each time, which cost more than the commands.
 local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now_s = t[1] .. string.sub(string.rep("0", 6 - #t[2]) .. t[2], 1, 3)  -- ms
+local now = tonumber(now_s)
 local dlv_prefix = ARGV[1]
 local evt_prefix = ARGV[2]
 local lease_until = now + tonumber(ARGV[4])
-local B32 = {}  -- Crockford base32 digit -> value (relay/domain/ids.py)
-for k = 1, 32 do B32[string.sub("0123456789ABCDEFGHJKMNPQRSTVWXYZ", k, k)] = k - 1 end
+local lease_s = string.format("%d", lease_until)
+local DIGITS = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  -- Crockford base32 (relay/domain/ids.py)
+local B32 = {}  -- digit -> value
+for k = 1, 32 do B32[string.sub(DIGITS, k, k)] = k - 1 end
+local function b32(i)  -- i in base 32: a token's suffix, with no number formatting
+  local s = ""
+  repeat
+    local d = i % 32
+    s = string.sub(DIGITS, d + 1, d + 1) .. s
+    i = (i - d) / 32
+  until i == 0
+  return s
+end
 
 local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", now, "LIMIT", 0, tonumber(ARGV[3]))
 if #ids > 0 then
@@ -56,7 +70,7 @@ local leases = {}
 local n = 0
 for i, id in ipairs(ids) do
   local dkey = dlv_prefix .. id
-  local token = ARGV[5] .. i
+  local token = ARGV[5] .. b32(i)
   local event_id, endpoint_id, max, attempts, event
   if redis.call("EXISTS", dkey) == 1 then
     local f = redis.call("HMGET", dkey, "event_id", "endpoint_id", "max_attempts", "attempts")
@@ -65,7 +79,7 @@ for i, id in ipairs(ids) do
     event = redis.call("GET", evt_prefix .. event_id) or ""
     attempts = (tonumber(f[4]) or 0) + 1
     redis.call("HSET", dkey, "status", "delivering", "attempts", attempts, "claim", token,
-      "worker", ARGV[6], "lease_until", lease_until, "updated_at", now)
+      "worker", ARGV[6], "lease_until", lease_s, "updated_at", now_s)
     max = f[3] or (event ~= "" and header_of(event_id, event).max_attempts) or attempts
   else
     -- as published: the id is the event's 24 characters and its index (two base32)
@@ -79,15 +93,15 @@ for i, id in ipairs(ids) do
       attempts = 1
       max = h.max_attempts
       redis.call("HSET", dkey, "endpoint_id", endpoint_id, "app", h.app, "type", h.type,
-        "status", "delivering", "attempts", 1, "claim", token, "worker", ARGV[6],
-        "lease_until", lease_until, "updated_at", now)
+        "status", "delivering", "attempts", "1", "claim", token, "worker", ARGV[6],
+        "lease_until", lease_s, "updated_at", now_s)
     else
       event = nil  -- no such delivery (its event is gone): dropped from due, as before
     end
   end
   if event then
     n = n + 1
-    leases[#leases + 1] = lease_until
+    leases[#leases + 1] = lease_s
     leases[#leases + 1] = id
     out[#out + 1] = id
     out[#out + 1] = token

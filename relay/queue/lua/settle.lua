@@ -31,7 +31,8 @@
 -- Returns {state, consecutive failures, open_until, failing_since (ms or 0), last_success_at,
 --          ops entries appended}
 local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now_s = t[1] .. string.sub(string.rep("0", 6 - #t[2]) .. t[2], 1, 3)  -- ms
+local now = tonumber(now_s)  -- set() makes strings: now_s spares a number's formatting
 local threshold = tonumber(ARGV[1])
 local b = KEYS[1]
 local n = tonumber(ARGV[4])
@@ -88,14 +89,14 @@ for i = 1, n do
       ops_event("endpoint.recovered", {opened_at = tonumber(cur.opened_at)})
     end
     set("state", "closed")
-    set("failures", 0)
-    set("last_success_at", now)
+    set("failures", "0")
+    set("last_success_at", now_s)
     del("probe", "probe_until", "probe_back", "open_until", "cooldown", "failing_since")
   elseif verdict == "0" then
     local failures = tonumber(cur.failures or "0") + 1
     set("failures", failures)
     -- the first failure since the last success (or since an operator re-enabled it)
-    if not cur.failing_since then set("failing_since", now) end
+    if not cur.failing_since then set("failing_since", now_s) end
     if state == "half_open" and is_probe then
       local cooldown = math.min(tonumber(cur.cooldown or ARGV[2]) * 2, tonumber(ARGV[3]))
       set("state", "open")
