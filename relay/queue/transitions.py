@@ -135,13 +135,12 @@ class Transitions(StoreBase):
     async def record(self, sk: ShardKeys, outcomes: Sequence[Outcome]) -> list[int]:
         """Record outcomes, each fenced on its token (``record.lua``): 1 recorded, 0 fenced."""
         keys = [sk.due, sk.processing, sk.succeeded, sk.dead]
+        keys += [sk.queued, sk.blocked, sk.dead_tally_index]
         args: list[Any] = [sk.wake, len(outcomes)]
         for o in outcomes:
-            keys += [sk.delivery(o.id), sk.log(o.id)]
             code = "" if o.status_code is None else o.status_code
             args += [o.id, o.token, o.outcome, o.delay_ms, code, o.error, o.entry, o.inline]
-        keys += [sk.queued, sk.blocked, sk.dead_tally_index]
-        args += [sk.lane_prefix, sk.delivery_prefix, sk.dead_tally_prefix]
+        args += [sk.lane_prefix, sk.delivery_prefix, sk.dead_tally_prefix, sk.log_prefix]
         return [int(x) for x in await self.scripts.record(keys=keys, args=args)]
 
     async def extend(

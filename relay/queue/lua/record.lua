@@ -7,9 +7,10 @@
 -- Called by Store.record (relay/queue/transitions.py), which builds these from keys.py.
 --
 -- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] succeeded (zset)   KEYS[4] dead (zset)
--- KEYS[5..4+2n] per item, two keys: ShardKeys.delivery(id), ShardKeys.log(id) (a list)
--- KEYS[5+2n] queued index (zset)   KEYS[6+2n] blocked lanes (zset)   ShardKeys.queued/blocked
--- KEYS[7+2n] dead-letter tallies (zset)   ShardKeys.dead_tally_index
+-- KEYS[5] queued index (zset)   KEYS[6] blocked lanes (zset)   ShardKeys.queued/blocked
+-- KEYS[7] dead-letter tallies (zset)   ShardKeys.dead_tally_index
+-- An item's delivery hash and attempt log are prefix .. id (ARGV below), in the shard's
+-- slot: passed as KEYS, two per item, they cost more than the commands on them.
 --
 -- ARGV[1] wake channel (ShardKeys.wake)   ARGV[2] n, the number of items
 -- ARGV[3..2+8n] per item, eight values: delivery id, claim token,
@@ -18,8 +19,9 @@
 --           attempt log entry: a JSON object without its "n" (and "fenced") field,
 --           its short form ("" for none; relay/domain/attemptlog.py)
 -- ARGV[3+8n] lane key prefix (ShardKeys.lane_prefix)
--- ARGV[4+8n] delivery key prefix (ShardKeys.delivery_prefix), for the next one of a lane
+-- ARGV[4+8n] delivery key prefix (ShardKeys.delivery_prefix)
 -- ARGV[5+8n] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
+-- ARGV[6+8n] attempt log key prefix (ShardKeys.log_prefix)
 --
 -- The attempt log: a delivery's first request, when it succeeded and has a short form,
 -- is kept in the delivery hash as "a1" rather than in a list of its own (a list of one
@@ -55,10 +57,11 @@ local wake = false
 local n = tonumber(ARGV[2])
 local lane_prefix = ARGV[3 + 8 * n]
 local dlv_prefix = ARGV[4 + 8 * n]
-local queued = KEYS[5 + 2 * n]
-local blocked = KEYS[6 + 2 * n]
-local tally_index = KEYS[7 + 2 * n]
+local queued = KEYS[5]
+local blocked = KEYS[6]
+local tally_index = KEYS[7]
 local tally_prefix = ARGV[5 + 8 * n]
+local log_prefix = ARGV[6 + 8 * n]
 
 -- Operational events: a dead letter is counted in its endpoint's tally in this shard
 -- (relay/connectors/opsevents.py cuts ripe tallies into delivery.dead summaries).
@@ -114,10 +117,9 @@ end
 local done, retry_at, ok_at, dead_at = {}, {}, {}, {}
 local earliest = nil
 for i = 1, n do
-  local dkey = KEYS[3 + 2 * i]
-  local lkey = KEYS[4 + 2 * i]
   local b = 2 + (i - 1) * 8
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  local dkey = dlv_prefix .. id
   local code, err, entry = ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
   local f = redis.call("HMGET", dkey, "claim", "recorded", "lane", "on_dead", "log_n",
     "endpoint_id")
@@ -140,6 +142,7 @@ for i = 1, n do
       res[i] = 0  -- no such delivery (expired, or never was)
     else
       local num = redis.call("HINCRBY", dkey, "log_n", 1)
+      local lkey = log_prefix .. id
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',"fenced":true,' .. string.sub(entry, 2))
       res[i] = 0
     end
@@ -154,6 +157,7 @@ for i = 1, n do
       drop[#drop + 1] = "worker"
     else
       if code == "" then drop[#drop + 1] = "last_status_code" end
+      local lkey = log_prefix .. id
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',' .. string.sub(entry, 2))
       local set = {"status", outcome == "retry" and "pending" or outcome, "updated_at", now_s,
         "last_attempt_at", now_s, "recorded", token, "log_n", num}
