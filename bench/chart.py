@@ -27,7 +27,7 @@ def chart(res: dict[str, Any], path: Path) -> bool:
         ("relay_e2e_1", "e2e_per_s", "relay 1 worker, e2e", "#6baed6"),
         ("relay_drain_2", "per_s", "relay 2 workers", "#1f77b4"),
         ("relay_e2e_2", "e2e_per_s", "relay 2 workers, e2e", "#6baed6"),
-        ("relay_drain_1_uvloop", "per_s", "relay 1 worker, uvloop", "#17becf"),
+        ("relay_drain_1_asyncio", "per_s", "relay 1 worker, asyncio", "#17becf"),
         ("saq", "per_s", "saq 1 worker", "#ff7f0e"),
         ("arq", "per_s", "arq 1 worker", "#d62728"),
         ("taskiq", "per_s", "taskiq 1 worker", "#9467bd"),

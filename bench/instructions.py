@@ -83,7 +83,7 @@ async def relay_round(
     r_out, w_out = TMP / f"cg-redis-{tag}.out", TMP / f"cg-worker-{tag}.out"
     for f in TMP.glob(f"cg-*-{tag}.out*"):
         f.unlink()
-    cfg = Cfg(n=n, concurrency=CONCURRENCY, clients=16, rate=0, seconds=0, uvloop=loop == "uvloop")
+    cfg = Cfg(n=n, concurrency=CONCURRENCY, clients=16, rate=0, seconds=0, event_loop=loop)
     await receiver.reset()
     async with relay(receiver, f"cg-{tag}", cfg, redis_binary=redis_wrapper(r_out)) as r:
         await load.publish(r.api_port, TOKEN, n, 16)

@@ -33,6 +33,18 @@ def norm(res: dict[str, Any], key: str, field: str = "per_s") -> float | None:
     return value / lim if value and lim else None
 
 
+def uvloop_limit(res: dict[str, Any], key: str) -> tuple[float | None, float | None]:
+    """A step's rate over the raw client's on uvloop measured right before it, and the
+    CPU model's ratio likewise (None, None when the step has no such run)."""
+    r = res.get(key) or {}
+    lim = r.get("limit_uvloop_per_s")
+    if not lim:
+        return None, None
+    cores = res["meta"]["machine"]["nproc"] or 1
+    cap = cpu_capacity(r.get("limit_uvloop_cpu_ms"), cores)
+    return div(rate(r), lim), div(capacity(res, key), cap)
+
+
 def cpu_capacity(cpu: dict[str, float] | None, cores: int) -> float | None:
     """What these CPU costs allow per second on this machine, whatever else runs on it: no
     single-threaded process can use more than one core, nor all of them more than the

@@ -12,6 +12,7 @@ from bench import convoy, memory, realistic
 from bench.chart import chart
 from bench.ratios import (
     capacity,
+    cpu_capacity,
     div,
     fmt,
     fx,
@@ -74,7 +75,24 @@ def _throughput(res: dict[str, Any]) -> list[str]:
         s = "s" if w > 1 else ""
         thr(f"relay {w} worker{s}, drain", f"relay_drain_{w}")
         thr(f"relay {w} worker{s}, publish->receipt", f"relay_e2e_{w}", "e2e_per_s")
-    thr("relay 1 worker, drain, on uvloop", "relay_drain_1_uvloop")
+    thr("relay 1 worker, drain, on asyncio", "relay_drain_1_asyncio")
+    for w in (1, 2):  # the raw client on uvloop, run right before drain1 and drain2
+        r = res.get(f"relay_drain_{w}") or {}
+        if r.get("limit_uvloop_per_s"):
+            cpu = r["limit_uvloop_cpu_ms"]
+            cap = cpu_capacity(cpu, res["meta"]["machine"]["nproc"] or 1)
+            lim = r.get("limit_per_s") or limit_rate(res)
+            rows.append(
+                [
+                    f"limit on uvloop, before drain{w}",
+                    fmt(r["limit_uvloop_per_s"]),
+                    fmt(lim),
+                    fx(div(r["limit_uvloop_per_s"], lim)),
+                    f"{cpu['total']:.3f}",
+                    f"{cpu['client']:.3f}",
+                    fmt(cap),
+                ]
+            )
     for key, label, _ in BASELINES:
         thr(f"{label} 1 worker process, drain", key)
     head = ["throughput (deliveries/s)", "rate", "limit then", "vs limit"]
@@ -110,7 +128,7 @@ def _redis(res: dict[str, Any]) -> list[str]:
     spec = [
         ("relay_drain_1", "relay 1 worker, drain"),
         ("relay_drain_2", "relay 2 workers, drain"),
-        ("relay_drain_1_uvloop", "relay 1 worker, drain, uvloop"),
+        ("relay_drain_1_asyncio", "relay 1 worker, drain, asyncio"),
         *((k, label) for k, label, _ in BASELINES),
     ]
     rows = []
@@ -194,14 +212,14 @@ def _other(res: dict[str, Any]) -> list[str]:
                     f"{got['memory_succeeded_bytes']:,} B retained succeeded (1 KiB, {what})",
                 ]
             )
-    uv = res.get("relay_drain_1_uvloop")
-    if uv and d1:
-        model = div(capacity(res, "relay_drain_1_uvloop"), capacity(res, "relay_drain_1"))
+    aio = res.get("relay_drain_1_asyncio")
+    if aio and d1:
+        model = div(capacity(res, "relay_drain_1"), capacity(res, "relay_drain_1_asyncio"))
         more.append(
             [
                 "1 worker drain, uvloop vs asyncio",
-                fx(div(norm(res, "relay_drain_1_uvloop"), norm(res, "relay_drain_1"))),
-                f"{fmt(uv['per_s'])} on uvloop, {fmt(d1['per_s'])} on asyncio (each vs its own "
+                fx(div(norm(res, "relay_drain_1"), norm(res, "relay_drain_1_asyncio"))),
+                f"{fmt(d1['per_s'])} on uvloop, {fmt(aio['per_s'])} on asyncio (each vs its own "
                 f"limit run); CPU model {fx(model)}",
             ]
         )

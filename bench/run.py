@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import importlib.util
 import sys
 import time
 import traceback
@@ -45,7 +44,7 @@ STEPS = (
     "drain1",
     "random",
     "drain2",
-    "uvloop",
+    "asyncio",
     "saq",
     "arq",
     "taskiq",
@@ -63,9 +62,12 @@ STEPS = (
 # Throughput steps get a limit run of their own right before them: on a shared machine
 # the load from elsewhere drifts within minutes, and each ratio should see the same load.
 PAIRED = (
-    *("e2e1", "e2e2", "drain1", "drain2", "uvloop"),
+    *("e2e1", "e2e2", "drain1", "drain2", "asyncio"),
     *("saq", "arq", "taskiq", "dramatiq", "streaq"),
 )
+# ... and these a run of the raw client on uvloop too: relay's processes run on uvloop
+# (RELAY_EVENT_LOOP's default), and the same client on the same loop is the fair ceiling.
+PAIRED_UVLOOP = ("drain1", "drain2")
 
 
 def loadavg() -> float | None:
@@ -76,7 +78,7 @@ def loadavg() -> float | None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    cfg = Cfg(args.n, args.concurrency, args.clients, args.rate, args.seconds, args.uvloop)
+    cfg = Cfg(args.n, args.concurrency, args.clients, args.rate, args.seconds, args.event_loop)
     wanted = set(args.only.split(",")) if args.only else set(STEPS)
     unknown = wanted - set(STEPS)
     if unknown:
@@ -84,15 +86,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for system in queues.SYSTEMS:
         if system in wanted:
             queues.ensure(system)
-    if "uvloop" in wanted and importlib.util.find_spec("uvloop") is None:
-        raise SystemExit("step uvloop needs uvloop: pip install -e '.[bench]' (make bench does)")
     n = cfg.n
     res: dict[str, Any] = {}
     errors: dict[str, str] = {}
     t0 = time.monotonic()
     procs = Procs()
     receiver = Receiver(procs)
-    uv = dataclasses.replace(cfg, uvloop=True)
+    on_asyncio = dataclasses.replace(cfg, event_loop="asyncio")
     steps: dict[str, tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = {
         "limit": ("limit", lambda: scenarios.limit(receiver, cfg)),
         "e2e1": ("relay_e2e_1", lambda: scenarios.relay_e2e(receiver, cfg, 1)),
@@ -102,7 +102,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # drain1's memory figures again with payloads deflate barely shrinks (random bytes)
         "random": ("relay_drain_1_random", lambda: scenarios.relay_drain_random(receiver, cfg)),
         "drain2": ("relay_drain_2", lambda: scenarios.relay_drain(receiver, cfg, 2)),
-        "uvloop": ("relay_drain_1_uvloop", lambda: scenarios.relay_drain(receiver, uv, 1)),
+        # drain1 with relay's processes on asyncio's own loop (RELAY_EVENT_LOOP=asyncio)
+        "asyncio": (
+            "relay_drain_1_asyncio",
+            lambda: scenarios.relay_drain(receiver, on_asyncio, 1),
+        ),
         **{
             system: (system, lambda s=system: queues.baseline(receiver, n, cfg.concurrency, s))
             for system in queues.SYSTEMS
@@ -130,10 +134,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             load_before = loadavg()
             try:
                 paired = (await scenarios.limit(receiver, cfg))["per_s"] if step in PAIRED else None
+                uv = None
+                if step in PAIRED_UVLOOP and not cfg.event_loop:
+                    uv = await scenarios.limit_uvloop(receiver, cfg)
                 res[key] = await fn()
                 res[key]["loadavg_1m_before"] = load_before
                 if paired is not None:
                     res[key]["limit_per_s"] = paired
+                if uv is not None:
+                    res[key]["limit_uvloop_per_s"] = uv["per_s"]
+                    res[key]["limit_uvloop_cpu_ms"] = uv["cpu_ms"]
             except Exception as exc:
                 errors[key] = f"{type(exc).__name__}: {exc}"
                 traceback.print_exc()
@@ -159,7 +169,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "payload_bytes": 1024,
             "payload": payloads.KIND,
             "quick": args.quick,
-            "relay_on_uvloop": args.uvloop,  # the uvloop step always is
+            "event_loop": cfg.event_loop or "uvloop",  # but the asyncio step's
             "redis_appendonly": "no",
             "command": "make bench" + (" (--quick)" if args.quick else ""),
         },
@@ -192,7 +202,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, help="latency run length (20; quick 5)")
     parser.add_argument("--only", help=f"comma-separated steps: {','.join(STEPS)}")
     parser.add_argument(
-        "--uvloop", action="store_true", help="experiment: run relay's api and workers on uvloop"
+        "--event-loop",
+        choices=("uvloop", "asyncio"),
+        default="",
+        help="RELAY_EVENT_LOOP of every relay step's api and workers (default: relay's, uvloop)",
     )
     args = parser.parse_args()
     args.n = args.n or (3000 if args.quick else 20000)

@@ -47,17 +47,11 @@ class Cfg:
     clients: int
     rate: float
     seconds: float
-    uvloop: bool = False  # an experiment: run relay's processes on uvloop's event loop
+    event_loop: str = ""  # RELAY_EVENT_LOOP of relay's processes ("": relay's default, uvloop)
 
 
 def relay_argv(cfg: Cfg, command: str) -> list[str]:
-    if not cfg.uvloop:
-        return [sys.executable, "-m", "relay", command]
-    code = (
-        "import asyncio, sys, uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy()); "
-        f"from relay.cli import main; sys.argv = ['relay', {command!r}]; main()"
-    )
-    return [sys.executable, "-c", code]
+    return [sys.executable, "-m", "relay", command]
 
 
 def _timeout(n: int) -> float:
@@ -128,6 +122,7 @@ async def relay(
             "RELAY_LOG_LEVEL": "warning",
             "RELAY_ALLOW_PRIVATE_NETWORKS": "1",
             "RELAY_WORKER_CONCURRENCY": str(cfg.concurrency),
+            **({"RELAY_EVENT_LOOP": cfg.event_loop} if cfg.event_loop else {}),
             **(extra_env or {}),
         }
         api = procs.spawn(f"{name}-api", relay_argv(cfg, "api"), env)
@@ -188,6 +183,25 @@ async def limit(receiver: Receiver, cfg: Cfg) -> dict[str, Any]:
     st, cpu = await drain_with_cpu(receiver, cfg.n, _timeout(cfg.n), pids)
     done = await client
     return {**drain_rate(st), "client_seconds": done["client_seconds"], "cpu_ms": cpu}
+
+
+async def limit_uvloop(receiver: Receiver, cfg: Cfg) -> dict[str, Any]:
+    """The same raw client on uvloop's event loop (relay's default since issue 17), in a
+    process of its own: the limit on the loop relay runs on."""
+    await receiver.reset()
+    code = (
+        "import uvloop; from bench import load; "
+        f"uvloop.run(load.limit({receiver.url!r}, {cfg.n}, {cfg.concurrency}))"
+    )
+    procs = Procs()
+    try:
+        client = procs.spawn("limit-uvloop", [sys.executable, "-c", code])
+        pids = {"client": client.pid, "receiver": receiver.proc.pid}
+        watch = [(client, "limit-uvloop")]
+        st, cpu = await drain_with_cpu(receiver, cfg.n, _timeout(cfg.n), pids, watch)
+    finally:
+        procs.close()
+    return {**drain_rate(st), "cpu_ms": cpu}
 
 
 # ---------------------------------------------------------------------------- relay

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.ratios import capacity, cpu_capacity, div, fmt, fx, limit_capacity, norm
+from bench.ratios import (
+    capacity,
+    cpu_capacity,
+    div,
+    fmt,
+    fx,
+    limit_capacity,
+    norm,
+    uvloop_limit,
+)
 
 DRAIN1_GOAL = 0.55  # x the limit, 1 worker, drain
 DRAIN2_GOAL = 0.7  # x the limit, 2 workers, drain
@@ -83,6 +92,11 @@ def _ratio(
     return _t(name, a, goal, True, fx(a), f">= {goal:g}x", model, fx(model))
 
 
+def _pair(name: str, got: tuple[float | None, float | None], goal: float) -> dict[str, Any]:
+    """A ratio and its CPU model's, already divided (against the raw client on uvloop)."""
+    return _t(name, got[0], goal, True, fx(got[0]), f">= {goal:g}x", got[1], fx(got[1]))
+
+
 def _bytes(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f} B"
 
@@ -99,9 +113,12 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     d1r = res.get("relay_drain_1") or {}
     cost, ingest = d1r.get("redis"), d1r.get("ingest")
 
+    uv1, uv2 = uvloop_limit(res, "relay_drain_1"), uvloop_limit(res, "relay_drain_2")
     out = [
         _ratio("relay 1 worker, drain, vs limit", d1, DRAIN1_GOAL, c_d1, lim_cap),
+        _pair("relay 1 worker, drain, vs limit on uvloop", uv1, DRAIN1_GOAL),
         _ratio("relay 2 workers, drain, vs limit", d2, DRAIN2_GOAL, c_d2, lim_cap),
+        _pair("relay 2 workers, drain, vs limit on uvloop", uv2, DRAIN2_GOAL),
         _ratio("relay 1 worker, publish->receipt, vs limit", e1, E2E1_GOAL, c_e1, lim_cap),
         _ratio("relay 1 worker drain vs saq", div(d1, saq), SAQ_GOAL, c_d1, c_saq),
         _ratio("relay 1 worker drain vs arq", div(d1, arq), ARQ_GOAL, c_d1, c_arq),

@@ -10,9 +10,9 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from aiohttp import web
@@ -198,6 +198,18 @@ def tune_gc() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
+def run_loop(settings: Settings, main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` to its end on the event loop ``RELAY_EVENT_LOOP`` names: uvloop (the
+    default) or asyncio's own."""
+    factory = None
+    if settings.event_loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main)
+
+
 def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
     logs.configure(settings.log_format, settings.log_level)
     if with_worker:
@@ -209,7 +221,7 @@ def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
             service=settings.tracing_service,
         )
     try:
-        asyncio.run(serve(settings, with_api=with_api, with_worker=with_worker))
+        run_loop(settings, serve(settings, with_api=with_api, with_worker=with_worker))
     except RedisRefused as exc:  # one line, no traceback, exit 1
         print(f"relay: refusing to start on {settings.redis_shown}: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

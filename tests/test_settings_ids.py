@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from relay.domain import ids
+from relay.runner import run_loop
 from relay.settings import Settings, SettingsError
 
 
@@ -85,6 +88,7 @@ def test_blank_values_mean_default_and_overrides_win() -> None:
         ("RELAY_MAX_PAYLOAD_BYTES", "1e6"),
         ("RELAY_RETENTION", "0s"),
         ("RELAY_LOG_FORMAT", "xml"),
+        ("RELAY_EVENT_LOOP", "trio"),
         ("RELAY_ALLOW_PRIVATE_NETWORKS", "2"),
     ],
 )
@@ -157,3 +161,13 @@ def test_new_id_refuses_out_of_range_shard(shard: int) -> None:
 def test_shard_of_rejects_foreign_ids(ident: str) -> None:
     assert ids.shard_of(ident) is None
     assert not ids.looks_like(ident, "evt")
+
+
+@pytest.mark.parametrize(
+    ("env", "module"), [({}, "uvloop"), ({"RELAY_EVENT_LOOP": "asyncio"}, "asyncio")]
+)
+def test_event_loop_setting_picks_the_loop(env: dict[str, str], module: str) -> None:
+    async def which() -> str:
+        return type(asyncio.get_running_loop()).__module__.partition(".")[0]
+
+    assert run_loop(Settings.from_env(env), which()) == module

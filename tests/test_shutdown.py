@@ -195,12 +195,16 @@ async def test_worker_started_while_redis_is_down_waits_for_it(
         stderr=asyncio.subprocess.PIPE,
     )
     events: list[str] = []
+    loops: list[str] = []
 
     async def read_log() -> None:
         assert proc.stderr is not None
         async for raw in proc.stderr:
             with contextlib.suppress(orjson.JSONDecodeError):
-                events.append(orjson.loads(raw).get("event", ""))
+                line = orjson.loads(raw)
+                events.append(line.get("event", ""))
+                if line.get("event") == "worker.started":
+                    loops.append(line.get("loop"))
 
     reader = asyncio.create_task(read_log())
     store = None
@@ -232,3 +236,4 @@ async def test_worker_started_while_redis_is_down_waits_for_it(
         server.stop()
     assert rc == 0
     assert "worker.started" in events
+    assert loops == ["uvloop"]  # RELAY_EVENT_LOOP's default, in a real worker process

@@ -135,9 +135,10 @@ def outbox(
     except psycopg.Error as exc:
         raise click.ClickException(f"Postgres (RELAY_OUTBOX_DSN): {exc}".strip()) from None
     from relay import logs
+    from relay.runner import run_loop
 
     logs.configure(settings.log_format, settings.log_level)
-    asyncio.run(_serve(settings))
+    run_loop(settings, _serve(settings))
 
 
 def _row_id(raw: str) -> int:

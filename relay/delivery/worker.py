@@ -116,7 +116,8 @@ class Worker:
         listener = asyncio.create_task(self._listen(), name="relay-wake")
         slow = asyncio.create_task(watch_slow(self._inflight), name="relay-slow")
         shards = self._claims.shards
-        log.info("worker.started", worker=self.settings.worker_id, shards=len(shards))
+        loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]  # uvloop, asyncio
+        log.info("worker.started", worker=self.settings.worker_id, shards=len(shards), loop=loop)
         try:
             await self._loop(stop, burst)
         finally:

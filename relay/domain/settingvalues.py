@@ -121,6 +121,12 @@ def outbox_table(raw: str) -> str:
     return raw
 
 
+def _event_loop(raw: str) -> str:
+    if raw not in ("uvloop", "asyncio"):
+        raise ValueError("expected uvloop or asyncio")
+    return raw
+
+
 def _log_format(raw: str) -> str:
     if raw not in ("json", "console"):
         raise ValueError("expected json or console")
