@@ -64,12 +64,10 @@ async def seed(
                     body=body,
                 ),
             )
-            # layout v3: the id names the event, the header the budget; the index scores
-            # say when it finished (a dead one keeps finished_at too)
+            # layout v3: the id names the event, the header the budget, app and type; the
+            # index scores say when it finished (a dead one keeps finished_at too)
             fields: dict[str, Any] = {
                 "endpoint_id": ep,
-                "app": "default",
-                "type": event_type,
                 "status": status,
                 "attempts": 3,
                 "updated_at": at,
@@ -419,6 +417,25 @@ async def test_job_resumed_by_another_worker_after_the_first_is_killed(make_stor
 
 
 @pytest.mark.realredis
+async def test_type_filter_reads_the_type_from_the_header(make_store: Any) -> None:
+    """A claimed delivery's hash holds no type (claim.lua leaves it in the event's header):
+    a replay filtered by type finds it through the events index and through an endpoint's.
+    Seen failing: with replay_scan.lua's ``type_of`` fallback removed, the endpoint-scoped
+    counts were 0."""
+    store = await make_store()
+    eps = [await endpoint(store) for _ in range(2)]
+    base = int(time.time() * 1000) - DAY
+    await seed(store, eps, 40, created=base)
+    await seed(store, eps, 20, created=base + 100, event_type="invoice.sent")
+    replays = Replays(store)
+    assert await replays.count(spec(base, base + 5000, type="order.paid")) == 40
+    assert await replays.count(spec(base, base + 5000, type="invoice.*")) == 20
+    one = spec(base, base + 5000, endpoint_id=eps[0], type="order.paid")
+    assert await replays.count(one) == 20
+    one = spec(base, base + 5000, endpoint_id=eps[1], type="invoice.sent")
+    assert await replays.count(one) == 10
+
+
 async def test_replay_job_on_the_cluster(cluster_store: Any) -> None:
     store = await cluster_store(replay_outstanding=10_000)
     assert store.settings.shards == 3

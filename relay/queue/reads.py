@@ -69,7 +69,7 @@ class Reads(StoreBase):
             return str(app)
         # a delivery as published has no hash (layout v3): read it as any read does
         row = await self.get_delivery(ident, with_log=False)
-        return str(row["app"]) if row is not None else None
+        return str(row["app"]) if row is not None and row.get("app") is not None else None
 
     async def get_deliveries(self, sk: ShardKeys, delivery_ids: Sequence[str]) -> list[dict]:
         return await self._rows(sk, delivery_ids) if delivery_ids else []

@@ -136,6 +136,9 @@ def record_of(
             "attempts": "0",
         }
     out: dict[str, Any] = dict(raw)
+    if header is not None:  # a claimed delivery's hash holds neither (claim.lua)
+        out.setdefault("app", header.get("app"))
+        out.setdefault("type", header.get("type"))
     out.pop("recorded", None)  # record.lua's own bookkeeping (the last token it recorded)
     a1 = out.pop("a1", None)  # the first request's log entry, short form (Reads._rows)
     out["id"] = delivery_id

@@ -63,6 +63,7 @@ class ReplayJobs(StoreBase):
                 cursor[1] if cursor else "",
                 limit,
                 "" if endpoint_id else sk.event_prefix,
+                sk.event_prefix,
             ],
         )
         flat = res[1:]

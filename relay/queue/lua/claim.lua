@@ -19,7 +19,8 @@
 --
 -- A delivery claimed for the first time has no hash yet (publish.lua writes none): its
 -- id names its event and its place in the event's header (relay/domain/ids.py), which
--- names its endpoint, app, type and attempt budget; the hash starts here, in one HSET.
+-- names its endpoint, app, type and attempt budget; the hash starts here, in one HSET,
+-- with its endpoint (app and type stay in the header: readers take them from there).
 -- Commands per delivery: EXISTS, GET and HSET (and HMGET once it has a hash); the ZREM
 -- from due and the ZADD to processing are one command each for the whole batch.
 --
@@ -92,9 +93,9 @@ for i, id in ipairs(ids) do
     if type(endpoint_id) == "string" then
       attempts = 1
       max = h.max_attempts
-      redis.call("HSET", dkey, "endpoint_id", endpoint_id, "app", h.app, "type", h.type,
-        "status", "delivering", "attempts", "1", "claim", token, "worker", ARGV[6],
-        "lease_until", lease_s, "updated_at", now_s)
+      redis.call("HSET", dkey, "endpoint_id", endpoint_id, "status", "delivering",
+        "attempts", "1", "claim", token, "worker", ARGV[6], "lease_until", lease_s,
+        "updated_at", now_s)
     else
       event = nil  -- no such delivery (its event is gone): dropped from due, as before
     end

@@ -12,6 +12,8 @@
 -- ARGV[5]  cursor: the last delivery id returned before ("" to start at since)
 -- ARGV[6]  page size (index entries)
 -- ARGV[7]  event key prefix (ShardKeys.event_prefix) when KEYS[1] lists events, else ""
+-- ARGV[8]  event key prefix (ShardKeys.event_prefix), always: a delivery's hash holds no
+--          type (layout v3 keeps it in the event's header) but for an ordered one's
 --
 -- The page starts right after the cursor's entry: its rank when it is still indexed, else
 -- (retention removed it) the first entry ordered after (score, id), so an entry removed
@@ -24,6 +26,7 @@
 --          delivery never claimed has no status here, and is not replayable)}
 local dlv_prefix = ARGV[1]
 local evt_prefix = ARGV[7]
+local header_prefix = ARGV[8]
 local limit = tonumber(ARGV[6])
 local B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -48,6 +51,16 @@ else
   end
 end
 
+-- The type of a delivery whose hash does not hold it: its event's (relay/domain/ids.py).
+local function type_of(id)
+  local eid = "evt_" .. string.sub(id, 5, 28) .. "00"
+  local ekey = header_prefix .. eid
+  local event = redis.call("GET", ekey)
+  if not event then return "" end
+  local nl = string.find(event, "\n", 1, true)
+  return cjson.decode(string.sub(event, 1, nl - 1)).type or ""
+end
+
 local out = {0}
 local function emit(id, score, fallback_ep, fallback_type)
   local f = redis.call("HMGET", dlv_prefix .. id, "status", "endpoint_id", "type")
@@ -55,7 +68,7 @@ local function emit(id, score, fallback_ep, fallback_type)
   out[#out + 1] = score
   out[#out + 1] = f[1] or ""
   out[#out + 1] = f[2] or fallback_ep
-  out[#out + 1] = f[3] or fallback_type
+  out[#out + 1] = f[3] or fallback_type or (f[1] and type_of(id)) or ""
 end
 
 local page = redis.call("ZRANGE", KEYS[1], start, start + limit - 1, "WITHSCORES")
@@ -67,7 +80,7 @@ for i = 1, #page, 2 do
     return out
   end
   if evt_prefix == "" then
-    emit(id, page[i + 1], "", "")
+    emit(id, page[i + 1], "", nil)
   else
     local event = redis.call("GET", evt_prefix .. id)
     if event then
