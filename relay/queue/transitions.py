@@ -114,10 +114,16 @@ class Transitions(StoreBase):
         )
         n = int(res[3])
         items = []
+        # an event's deliveries in one batch (a fan-out) share its body: inflated once
+        events: dict[str, tuple[dict[str, Any], bytes]] = {}
         for i in range(n):  # the reply is bytes (raw): ids and tokens are ASCII
             g = res[4 + 7 * i : 11 + 7 * i]
             event_id = g[4].decode()
-            header, body = eventrecord.unpack(g[6], event_id) if g[6] else ({}, b"")
+            got = events.get(event_id)
+            if got is None:
+                got = eventrecord.unpack(g[6], event_id) if g[6] else ({}, b"")
+                events[event_id] = got
+            header, body = got
             items.append(
                 Claimed(
                     g[0].decode(),
