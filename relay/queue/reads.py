@@ -88,7 +88,7 @@ class Reads(StoreBase):
         published has none (its id names its event, whose header names its endpoint; it
         is pending while it is due), and the rest comes from its id (event, created), the
         score of its index (next attempt) and its event's header (app, type, budget).
-        One round trip: each hash and due score (and attempt log, ``with_log``), and the
+        One round trip: each hash, due and processing score (and attempt log, ``with_log``), and the
         header of each event the ids name, once per event; ``headers``: those already read.
         A header longer than :data:`HEADER_READ`, or the event of an id of layout v2 (its
         hash names it), takes one more.
@@ -96,11 +96,12 @@ class Reads(StoreBase):
         known = dict(headers or {})
         named = [ids.derived(d) for d in delivery_ids]
         wanted = list(dict.fromkeys(n[0] for n in named if n is not None and n[0] not in known))
-        step = 3 if with_log else 2
+        step = 4 if with_log else 3
         async with self.redis.pipeline(transaction=False) as pipe:
             for d in delivery_ids:
                 pipe.hgetall(sk.delivery(d))
                 pipe.zscore(sk.due, d)
+                pipe.zscore(sk.processing, d)  # a lease's expiry is only there
                 if with_log:
                     pipe.lrange(sk.log(d), 0, -1)
             for e in wanted:
@@ -114,11 +115,12 @@ class Reads(StoreBase):
         rows = []
         for i, (d, raw) in enumerate(zip(delivery_ids, raws, strict=True)):
             event_id = raw.get("event_id") or (named[i] or ("", 0))[0]
-            row = record_of(d, raw, res[i * step + 1], known.get(event_id))
+            lease = res[i * step + 2]
+            row = record_of(d, raw, res[i * step + 1], known.get(event_id), lease)
             if row is None:
                 continue
             if with_log:
-                log = [orjson.loads(e) for e in res[i * step + 2]]
+                log = [orjson.loads(e) for e in res[i * step + 3]]
                 if "a1" in raw:  # a first request that succeeded, kept in the hash
                     log.insert(0, attemptlog.expand(raw["a1"]))
                 row["attempt_log"] = log

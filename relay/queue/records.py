@@ -112,10 +112,12 @@ def record_of(
     raw: dict[str, str],
     due: float | None,
     header: dict[str, Any] | None,
+    lease: float | None = None,
 ) -> dict[str, Any] | None:
     """A delivery as the API and the CLI show it, from its hash ``raw`` (layout v3: only
-    what is nowhere else), its score in the due queue and its event's header; None when
-    there is no such delivery.
+    what is nowhere else), its scores in the due queue and in processing (``lease``: its
+    lease's expiry, while a worker holds it) and its event's header; None when there is
+    no such delivery.
 
     A delivery without a hash is as published: pending while it is due, and its event's
     header lists it (by endpoint id, at the index its id ends with).
@@ -140,6 +142,9 @@ def record_of(
         out.setdefault("app", header.get("app"))
         out.setdefault("type", header.get("type"))
     out.pop("recorded", None)  # record.lua's own bookkeeping (the last token it recorded)
+    out.pop("lease_until", None)  # written by versions before processing held it alone
+    if lease is not None:
+        out["lease_until"] = lease
     a1 = out.pop("a1", None)  # the first request's log entry, short form (Reads._rows)
     out["id"] = delivery_id
     out.setdefault("event_id", (ids.derived(delivery_id) or ("", 0))[0])

@@ -21,6 +21,7 @@
 -- id names its event and its place in the event's header (relay/domain/ids.py), which
 -- names its endpoint, app, type and attempt budget; the hash starts here, in one HSET,
 -- with its endpoint (app and type stay in the header: readers take them from there).
+-- The lease's expiry is the delivery's score in processing, and only there.
 -- Commands per delivery: EXISTS, GET and HSET (and HMGET once it has a hash); the ZREM
 -- from due and the ZADD to processing are one command each for the whole batch.
 --
@@ -80,7 +81,7 @@ for i, id in ipairs(ids) do
     event = redis.call("GET", evt_prefix .. event_id) or ""
     attempts = (tonumber(f[4]) or 0) + 1
     redis.call("HSET", dkey, "status", "delivering", "attempts", attempts, "claim", token,
-      "worker", ARGV[6], "lease_until", lease_s, "updated_at", now_s)
+      "worker", ARGV[6], "updated_at", now_s)
     max = f[3] or (event ~= "" and header_of(event_id, event).max_attempts) or attempts
   else
     -- as published: the id is the event's 24 characters and its index (two base32)
@@ -94,8 +95,7 @@ for i, id in ipairs(ids) do
       attempts = 1
       max = h.max_attempts
       redis.call("HSET", dkey, "endpoint_id", endpoint_id, "status", "delivering",
-        "attempts", "1", "claim", token, "worker", ARGV[6], "lease_until", lease_s,
-        "updated_at", now_s)
+        "attempts", "1", "claim", token, "worker", ARGV[6], "updated_at", now_s)
     else
       event = nil  -- no such delivery (its event is gone): dropped from due, as before
     end

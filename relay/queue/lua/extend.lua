@@ -2,7 +2,7 @@
 --
 -- Called by Store.extend (relay/queue/transitions.py).
 --
--- KEYS[1] processing (zset)   ShardKeys.processing
+-- KEYS[1] processing (zset; the lease's expiry is the score)   ShardKeys.processing
 -- KEYS[2..1+n] delivery hashes, one per item   ShardKeys.delivery(id)
 -- ARGV[1] lease, ms   ARGV[2] n, the number of items
 -- ARGV[3..2+n] claim tokens, one per item (same order as the hashes)
@@ -11,13 +11,12 @@
 -- Returns one integer per item: 1 extended, 0 the claim is no longer ours.
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local until_ms = now + tonumber(ARGV[1])
+local until_ms = string.format("%d", now + tonumber(ARGV[1]))
 local n = tonumber(ARGV[2])
 local res = {}
 for i = 1, n do
   if redis.call("HGET", KEYS[1 + i], "claim") == ARGV[2 + i] then
     redis.call("ZADD", KEYS[1], "XX", until_ms, ARGV[2 + n + i])
-    redis.call("HSET", KEYS[1 + i], "lease_until", until_ms)
     res[i] = 1
   else
     res[i] = 0

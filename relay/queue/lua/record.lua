@@ -130,7 +130,7 @@ for i = 1, n do
     if mine then
       local at = now + tonumber(ARGV[b + 4])
       redis.call("HINCRBY", dkey, "attempts", -1)
-      redis.call("HDEL", dkey, "claim", "lease_until")
+      redis.call("HDEL", dkey, "claim")
       redis.call("HSET", dkey, "status", "pending", "updated_at", now_s, "recorded", token)
       done[#done + 1] = id
       retry_at[#retry_at + 1] = at
@@ -148,7 +148,7 @@ for i = 1, n do
     end
   else
     local num = (tonumber(f[5]) or 0) + 1
-    local drop = {"claim", "lease_until"}
+    local drop = {"claim"}  -- (no lease_until: processing holds the lease)
     if num == 1 and outcome == "succeeded" and ARGV[b + 8] ~= "" then
       -- the common case: the first request succeeded; a1 is its whole log, and says its
       -- time, status code and worker (no request before it left a last_* field)
