@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from relay.delivery.attempt import outcome as make_outcome
-from relay.domain import attemptlog
+from relay.domain import attemptlog, eventrecord
 from relay.queue.store import Store
 from tests.test_store import add_endpoint, claim, publish
 
@@ -60,16 +60,15 @@ async def test_a_first_request_that_succeeded_stays_in_the_hash(st: Store) -> No
 
 
 async def test_its_hash_keeps_only_what_a1_and_the_indexes_do_not_say(st: Store) -> None:
-    """Layout v3: a delivery sent once with success keeps endpoint, app, type, status,
-    attempts, updated_at, recorded, a1 and log_n; the API still shows when it was sent,
-    its status code, its worker and when it finished (a1 and its succeeded score)."""
+    """Layout v3: a delivery sent once with success keeps endpoint, status, attempts,
+    updated_at, recorded, a1 and log_n; the API still shows when it was sent, its status
+    code, its worker and when it finished (a1 and its succeeded score), and its app and
+    type (its event's header)."""
     c, _ = await _one_sent(st, worker="w7")
     sk = st.keys.shard(0)
     raw = await st.redis.hgetall(sk.delivery(c.id))
     assert set(raw) == {
         "endpoint_id",
-        "app",
-        "type",
         "status",
         "attempts",
         "updated_at",
@@ -87,6 +86,8 @@ async def test_its_hash_keeps_only_what_a1_and_the_indexes_do_not_say(st: Store)
     finished = await st.redis.zscore(sk.succeeded, c.id)
     assert rec["finished_at"] == finished == int(raw["updated_at"])
     assert rec["id"] == c.id and rec["event_id"] == c.event_id and rec["last_error"] is None
+    header = eventrecord.header_of(await st.redis.get(sk.event(c.event_id)))
+    assert (rec["app"], rec["type"]) == (header["app"], header["type"])
 
 
 async def test_later_requests_go_to_the_list_after_it(st: Store) -> None:

@@ -27,12 +27,12 @@ def _run_as(
 ) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
-    def fake_asyncio_run(coro: Any) -> None:  # what the process would run, not run
+    def fake_run_loop(settings: Settings, coro: Any) -> None:  # what would run, not run
         coro.close()
         seen["threshold"] = gc.get_threshold()
         seen["frozen"] = gc.get_freeze_count()
 
-    monkeypatch.setattr(relay.runner.asyncio, "run", fake_asyncio_run)
+    monkeypatch.setattr(relay.runner, "run_loop", fake_run_loop)
     monkeypatch.setattr(relay.runner.logs, "configure", lambda *a: None)
     relay.runner.run(Settings.from_env({}), with_api=with_api, with_worker=with_worker)
     return seen
