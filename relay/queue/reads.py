@@ -84,14 +84,12 @@ class Reads(StoreBase):
     ) -> list[dict[str, Any]]:
         """The deliveries that exist of ``delivery_ids`` (one shard), as the API shows them.
 
-        Layout v3 keeps in a delivery's hash only what is nowhere else: a delivery as
-        published has none (its id names its event, whose header names its endpoint; it
-        is pending while it is due), and the rest comes from its id (event, created), the
-        score of its index (next attempt) and its event's header (app, type, budget).
-        One round trip: each hash, due and processing score (and attempt log, ``with_log``), and the
-        header of each event the ids name, once per event; ``headers``: those already read.
-        A header longer than :data:`HEADER_READ`, or the event of an id of layout v2 (its
-        hash names it), takes one more.
+        Layout v3 keeps in a delivery's hash only what is nowhere else (a delivery as
+        published has none): the rest comes from its id (event, created), its due and
+        processing scores (next attempt, lease) and its event's header (endpoint, app,
+        type, budget). One round trip: each hash, both scores (and attempt log,
+        ``with_log``), and each event's header, once; ``headers``: those already read. A
+        header past :data:`HEADER_READ`, or a layout v2 id's event, takes one more.
         """
         known = dict(headers or {})
         named = [ids.derived(d) for d in delivery_ids]
