@@ -64,12 +64,11 @@ class Reads(StoreBase):
         if kind == "event":
             raw = await self.redis.get(sk.event(ident))
             return str(eventrecord.header_of(raw)["app"]) if raw is not None else None
-        app = await self.redis.hget(sk.delivery(ident), "app")
-        if app is not None:
-            return str(app)
-        # a delivery as published has no hash (layout v3): read it as any read does
-        row = await self.get_delivery(ident, with_log=False)
-        return str(row["app"]) if row is not None and row.get("app") is not None else None
+        # a delivery's app is its event's (its hash has none but for an ordered or moved
+        # one): read it as any read does, in one round trip
+        rows = await self._rows(sk, [ident])
+        app = rows[0].get("app") if rows else None
+        return str(app) if app is not None else None
 
     async def get_deliveries(self, sk: ShardKeys, delivery_ids: Sequence[str]) -> list[dict]:
         return await self._rows(sk, delivery_ids) if delivery_ids else []

@@ -130,15 +130,9 @@ def record_of(
         index = derived[1]
         if index >= len(entries) or not isinstance(entries[index], str):
             return None
-        raw = {
-            "endpoint_id": entries[index],
-            "app": header["app"],
-            "type": header["type"],
-            "status": "pending",
-            "attempts": "0",
-        }
+        raw = {"endpoint_id": entries[index], "status": "pending", "attempts": "0"}
     out: dict[str, Any] = dict(raw)
-    if header is not None:  # a claimed delivery's hash holds neither (claim.lua)
+    if header is not None:  # its app and type: only an ordered or moved one's hash has them
         out.setdefault("app", header.get("app"))
         out.setdefault("type", header.get("type"))
     out.pop("recorded", None)  # record.lua's own bookkeeping (the last token it recorded)
