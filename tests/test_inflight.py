@@ -85,6 +85,16 @@ def worker_with_gates(store: Store, recorded: int) -> tuple[Worker, Gate, Gate]:
     return worker, record, settle
 
 
+def logged_with_ids() -> Any:
+    """structlog's captured lines, with each send's bound ids (delivery_id, ...)."""
+    return structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars])
+
+
+async def stop_writers(worker: Worker) -> None:
+    await worker._recorder.stop()
+    await worker._settler.stop()
+
+
 @pytest.mark.parametrize("first", ["record", "settle"])
 async def test_a_send_keeps_its_slot_until_outcome_and_verdict_are_written(
     fake_store: Store, first: str
@@ -106,8 +116,7 @@ async def test_a_send_keeps_its_slot_until_outcome_and_verdict_are_written(
     await until(lambda: "tok_1" not in worker._inflight.flights)
     assert worker._windows.window("ep_1") == window + 1  # the success was settled
     assert worker.stats.fenced == 0
-    await worker._recorder.stop()
-    await worker._settler.stop()
+    await stop_writers(worker)
 
 
 async def test_a_failed_verdict_write_frees_the_slot_and_is_logged(fake_store: Store) -> None:
@@ -115,16 +124,13 @@ async def test_a_failed_verdict_write_frees_the_slot_and_is_logged(fake_store: S
     settle.error = ValueError("no verdict")
     record.open.set()
     settle.open.set()
-    with structlog.testing.capture_logs(
-        processors=[structlog.contextvars.merge_contextvars]
-    ) as logs:
+    with logged_with_ids() as logs:
         worker._spawn(SK, claim(1), {"id": "ep_1"})
         await until(lambda: not worker._inflight.flights)
     failed = [e for e in logs if e["event"] == "write.failed"]
     assert [e["delivery_id"] for e in failed] == ["dlv_1"]
     assert [e["delivery_id"] for e in logs if e["event"] == "delivery.crashed"] == ["dlv_1"]
-    await worker._recorder.stop()
-    await worker._settler.stop()
+    await stop_writers(worker)
 
 
 async def test_fenced_and_lost_outcomes_are_logged_with_the_delivery_ids(
@@ -133,9 +139,7 @@ async def test_fenced_and_lost_outcomes_are_logged_with_the_delivery_ids(
     worker, record, settle = worker_with_gates(fake_store, 0)
     record.open.set()
     settle.open.set()
-    with structlog.testing.capture_logs(
-        processors=[structlog.contextvars.merge_contextvars]
-    ) as logs:
+    with logged_with_ids() as logs:
         worker._spawn(SK, claim(1), {"id": "ep_1"})
         await until(lambda: not worker._inflight.flights)
         record.error = ValueError("gone")  # not transient: no retry
@@ -147,5 +151,4 @@ async def test_fenced_and_lost_outcomes_are_logged_with_the_delivery_ids(
     assert by_event["delivery.outcome_lost"]["delivery_id"] == "dlv_2"
     assert by_event["delivery.outcome_lost"]["event_id"] == "evt_2"
     assert by_event["delivery.outcome_lost"]["error"] == "gone"
-    await worker._recorder.stop()
-    await worker._settler.stop()
+    await stop_writers(worker)
