@@ -90,7 +90,7 @@ async def relay_round(
         rpid = r.redis.pid or 0
         control("--zero", rpid)
         wrap = callgrind(w_out) if worker_too else []
-        worker = r.procs.spawn(f"cg-{tag}-worker", wrap + relay_argv(cfg, "worker"), r.env)
+        worker = r.procs.spawn(f"cg-{tag}-worker", wrap + relay_argv("worker"), r.env)
         await receiver.wait_for("unique_ids", n, 600, [(worker, "worker")])
         c = redis.Redis.from_url(r.redis.url)
         deadline = time.monotonic() + 120

@@ -50,7 +50,7 @@ class Cfg:
     event_loop: str = ""  # RELAY_EVENT_LOOP of relay's processes ("": relay's default, uvloop)
 
 
-def relay_argv(cfg: Cfg, command: str) -> list[str]:
+def relay_argv(command: str) -> list[str]:
     return [sys.executable, "-m", "relay", command]
 
 
@@ -75,7 +75,7 @@ class Relay:
     def start_workers(self, k: int) -> None:
         for _ in range(k):
             name = f"{self.name}-worker{len(self.workers)}"
-            self.workers.append(self.procs.spawn(name, relay_argv(self.cfg, "worker"), self.env))
+            self.workers.append(self.procs.spawn(name, relay_argv("worker"), self.env))
 
     def watch(self) -> list[tuple[Any, str]]:
         return [(self.api, f"{self.name}-api")] + [
@@ -125,7 +125,7 @@ async def relay(
             **({"RELAY_EVENT_LOOP": cfg.event_loop} if cfg.event_loop else {}),
             **(extra_env or {}),
         }
-        api = procs.spawn(f"{name}-api", relay_argv(cfg, "api"), env)
+        api = procs.spawn(f"{name}-api", relay_argv("api"), env)
         r = Relay(procs, cfg, name, srv, port, env, api)
         base = f"http://{HOST}:{port}"
         auth = {"Authorization": f"Bearer {TOKEN}"}
