@@ -61,9 +61,9 @@ class Reads(StoreBase):
         sk = self.shard_keys_for(ident)
         if sk is None:
             return None
-        if kind == "event":
-            raw = await self.redis.get(sk.event(ident))
-            return str(eventrecord.header_of(raw)["app"]) if raw is not None else None
+        if kind == "event":  # its header only, not its payload (up to max_payload_bytes)
+            header = (await self._headers(sk, [ident]))[ident]
+            return str(header["app"]) if header is not None else None
         # a delivery's app is its event's (its hash has none but for an ordered or moved
         # one): read it as any read does, in one round trip
         rows = await self._rows(sk, [ident])
