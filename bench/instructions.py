@@ -17,7 +17,8 @@ worker starts (``callgrind_control --zero`` after the publish) until every outco
 recorded. User-space instructions only: the kernel's share (socket calls) is not in them.
 
 Not part of ``make bench`` (it takes a few minutes and needs valgrind); writes
-``bench/results/instructions.json``.
+``bench/results/instructions.json`` (``--redis-only``:
+``bench/results/tmp/instructions-redis.json``, leaving the full run's as it is).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -123,28 +126,32 @@ async def limit_round(receiver: Receiver, n: int, loop: str) -> int:
     return total(out)
 
 
-async def redis_only(n1: int, n2: int) -> dict[str, Any]:
-    """Only Redis under callgrind (the worker runs at full speed): Lua changes, quickly."""
+@asynccontextmanager
+async def receiving() -> AsyncIterator[Receiver]:
+    """The local receiver every round sends to, stopped (with whatever is left) after."""
     procs = Procs()
     receiver = Receiver(procs)
     try:
         await receiver.start()
-        a = await relay_round(receiver, n1, "asyncio", worker_too=False)
-        b = await relay_round(receiver, n2, "asyncio", worker_too=False)
+        yield receiver
     finally:
         await receiver.close()
         procs.close()
+
+
+async def redis_only(n1: int, n2: int) -> dict[str, Any]:
+    """Only Redis under callgrind (the worker runs at full speed): Lua changes, quickly."""
+    async with receiving() as receiver:
+        a = await relay_round(receiver, n1, "asyncio", worker_too=False)
+        b = await relay_round(receiver, n2, "asyncio", worker_too=False)
     per = round((b["redis"] - a["redis"]) / (n2 - n1))
     print(f"redis per delivery: {per:,} instructions", flush=True)
     return {"n1": n1, "n2": n2, "redis_only": per}
 
 
 async def main(n1: int, n2: int, loops: list[str]) -> dict[str, Any]:
-    procs = Procs()
-    receiver = Receiver(procs)
     res: dict[str, Any] = {"n1": n1, "n2": n2, "concurrency": CONCURRENCY}
-    try:
-        await receiver.start()
+    async with receiving() as receiver:
         for loop in loops:
             a, b = await relay_round(receiver, n1, loop), await relay_round(receiver, n2, loop)
             la, lb = await limit_round(receiver, n1, loop), await limit_round(receiver, n2, loop)
@@ -157,9 +164,6 @@ async def main(n1: int, n2: int, loops: list[str]) -> dict[str, Any]:
                 f"raw client {per['limit']:,}  (worker vs client {ratio:.2f}x)",
                 flush=True,
             )
-    finally:
-        await receiver.close()
-        procs.close()
     return res
 
 
@@ -170,9 +174,10 @@ if __name__ == "__main__":
     ap.add_argument("--loops", default="asyncio,uvloop")
     ap.add_argument("--redis-only", action="store_true", help="count Redis alone, quickly")
     args = ap.parse_args()
-    if args.redis_only:
-        out = asyncio.run(redis_only(args.n1, args.n2))
+    if args.redis_only:  # a quick look: the full run's results file stays as it is
+        out, path = asyncio.run(redis_only(args.n1, args.n2)), TMP / "instructions-redis.json"
     else:
         out = asyncio.run(main(args.n1, args.n2, args.loops.split(",")))
-    (RESULTS / "instructions.json").write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
-    print(f"results: {RESULTS / 'instructions.json'}")
+        path = RESULTS / "instructions.json"
+    path.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    print(f"results: {path}")
