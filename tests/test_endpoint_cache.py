@@ -72,3 +72,66 @@ async def test_not_cached_while_unsubscribed(store: Store) -> None:
 
 def _cache(api: Any) -> EndpointCache:
     return api.app[ENDPOINT_CACHE]  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------- by id (the worker's)
+
+
+async def test_by_ids_serves_from_the_cache_and_drops_it_on_any_change(make_store) -> None:
+    """Seen failing: with ``_by_id.clear()`` left out of ``invalidate``, the id keeps
+    reading its old URL after another replica's change, and a deleted one is served."""
+    store: Store = await make_store()
+    other: Store = await make_store()  # another replica (the API) writes
+    cache = EndpointCache(store)
+    listener = asyncio.create_task(cache.run())
+    try:
+        await _until(lambda: cache._subscribed)
+        generation = cache._generation
+        await other.put_endpoint({**_record("ep_a"), "url": "http://127.0.0.1:9/old"})
+        await _until(lambda: cache._generation > generation)
+        assert (await cache.by_ids(["ep_a", "ep_gone"]))["ep_a"]["url"].endswith("/old")
+        misses = cache.misses
+        got = await cache.by_ids(["ep_a", "ep_gone"])  # both answered from the cache
+        assert cache.misses == misses and set(got) == {"ep_a"}
+        generation = cache._generation
+        await other.update_endpoint("ep_a", lambda e: {**e, "url": "http://127.0.0.1:9/new"})
+        await _until(lambda: cache._generation > generation)
+        assert (await cache.by_ids(["ep_a"]))["ep_a"]["url"].endswith("/new")
+        generation = cache._generation
+        await other.delete_endpoint((await other.get_endpoint("ep_a")) or {})
+        await _until(lambda: cache._generation > generation)
+        assert await cache.by_ids(["ep_a"]) == {}
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+
+
+async def test_by_ids_sees_its_own_stores_write_at_once(make_store) -> None:
+    """A write through the cache's own Store (a worker disabling an endpoint) is seen by
+    the next read, before any change message arrives (the epoch)."""
+    store: Store = await make_store()
+    cache = EndpointCache(store)
+    cache._subscribed = True  # as if subscribed: only the epoch can tell it
+    await store.put_endpoint(_record("ep_b"))
+    assert (await cache.by_ids(["ep_b"]))["ep_b"]["enabled"] is True
+    await store.update_endpoint("ep_b", lambda e: {**e, "enabled": False}, confirm=False)
+    assert (await cache.by_ids(["ep_b"]))["ep_b"]["enabled"] is False
+
+
+async def test_by_ids_not_cached_while_unsubscribed(store: Store) -> None:
+    cache = EndpointCache(store)  # its listener never ran
+    await store.put_endpoint(_record("ep_c"))
+    await cache.by_ids(["ep_c"])
+    await cache.by_ids(["ep_c"])
+    assert (cache.hits, cache.misses) == (0, 2)
+
+
+def _record(endpoint_id: str) -> dict[str, Any]:
+    return {
+        "id": endpoint_id,
+        "url": "http://127.0.0.1:9/",
+        "app": "shop",
+        "event_types": ["*"],
+        "secret": "whsec_" + "A" * 32,
+        "enabled": True,
+    }

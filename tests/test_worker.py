@@ -412,6 +412,36 @@ async def test_idle_worker_wakes_on_publish(
     assert [r.headers["webhook-id"] for r in receiver.requests] == published
 
 
+async def test_an_endpoint_changed_by_another_replica_is_used_from_the_next_batch(
+    make_store: Any, receiver: Any
+) -> None:
+    """The worker keeps endpoints cached while subscribed to their change channel: a
+    PATCH through another replica (here a second Store) reaches it by that message, and
+    the next delivery goes to the new URL; without a change, no batch reads them."""
+    store, other = await make_store(), await make_store()
+    ep = await add_endpoint(store, receiver.url + "/before")
+    async with running(store) as (worker,):
+        await until(_async(lambda: worker.endpoints.subscribed))
+        await publish(store, ep["id"])
+        await receiver.wait_for(1, path="/before")
+        await publish(store, ep["id"])
+        await receiver.wait_for(2, path="/before")
+        assert worker.endpoints.hits >= 1  # the second batch read no endpoint
+        generation = worker.endpoints._generation
+        await other.update_endpoint(ep["id"], lambda e: {**e, "url": receiver.url + "/after"})
+        await until(_async(lambda: worker.endpoints._generation > generation))
+        await publish(store, ep["id"])
+        await receiver.wait_for(1, path="/after")
+    assert len(receiver.for_path("/before")) == 2
+
+
+def _async(check: Callable[[], Any]) -> Callable[[], Any]:
+    async def run() -> Any:
+        return check()
+
+    return run
+
+
 # ---------------------------------------------------------------------- logs
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import structlog
@@ -23,11 +24,16 @@ from relay.settings import Settings
 log = structlog.get_logger("relay.worker")
 
 Batch = tuple[list[Claimed], dict[str, dict[str, Any]]]  # claims, their endpoints by id
+# endpoint ids -> the endpoints that exist, by id (the worker's EndpointCache.by_ids)
+Endpoints = Callable[[Iterable[str]], Awaitable[dict[str, dict[str, Any]]]]
 
 
 class Claims:
-    def __init__(self, store: Store, settings: Settings, stats: Stats) -> None:
+    def __init__(
+        self, store: Store, settings: Settings, stats: Stats, endpoints: Endpoints | None = None
+    ) -> None:
         self.store = store
+        self.endpoints = endpoints or store.get_endpoints
         self.settings = settings
         self.stats = stats
         self.shards = store.keys.all_shards()
@@ -87,7 +93,7 @@ class Claims:
         self.stats.claim_batches += 1
         metrics.CLAIM_BATCH.observe(len(res.items))
         try:
-            endpoints = await self.store.get_endpoints(c.endpoint_id for c in items)
+            endpoints = await self.endpoints(c.endpoint_id for c in items)
         except Exception as exc:  # Redis went away after the claim: the leases bring them back
             log.warning("claim.endpoints_failed", shard=sk.shard, error=str(exc))
             self.next_due[sk.shard] = int(time.time() * 1000) + 500

@@ -39,6 +39,7 @@ from relay.delivery.groupcommit import Done, GroupCommit
 from relay.delivery.inflight import SLOW_HEADROOM, Flight, InFlight, watch_slow
 from relay.delivery.leases import Leases
 from relay.delivery.stats import Stats
+from relay.endpoints.cache import EndpointCache
 from relay.endpoints.health import Health, Settled, Windows
 from relay.endpoints.lifecycle import Lifecycle, should_disable
 from relay.queue.keys import ShardKeys
@@ -80,7 +81,10 @@ class Worker:
         self._windows = Windows(
             settings.worker_concurrency, settings.http_timeout, settings.slow_send_after
         )
-        self._claims = Claims(store, settings, self.stats)
+        # endpoints by id, kept while subscribed to their change channel (a claimed batch
+        # reads none of them from Redis unless one changed)
+        self.endpoints = EndpointCache(store)
+        self._claims = Claims(store, settings, self.stats, self.endpoints.by_ids)
         self._attempter = Attempter(settings, self.stats, before_send)
         self._admission = Admission(
             health=self.health,
@@ -115,6 +119,7 @@ class Worker:
         heartbeat = asyncio.create_task(self._leases.heartbeat(), name="relay-heartbeat")
         listener = asyncio.create_task(self._listen(), name="relay-wake")
         slow = asyncio.create_task(watch_slow(self._inflight), name="relay-slow")
+        cache = asyncio.create_task(self.endpoints.run(), name="relay-endpoint-cache")
         shards = self._claims.shards
         loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]  # uvloop, asyncio
         log.info("worker.started", worker=self.settings.worker_id, shards=len(shards), loop=loop)
@@ -124,7 +129,7 @@ class Worker:
             await self._leases.hand_back(self._recorder, self._settler)
             await self._recorder.stop()
             await self._settler.stop()
-            await stop_tasks(heartbeat, listener, slow)
+            await stop_tasks(heartbeat, listener, slow, cache)
             if self._own_session and self._session is not None:
                 await self._session.close()
             log.info("worker.stopped", worker=self.settings.worker_id)

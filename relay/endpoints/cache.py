@@ -1,4 +1,5 @@
-"""The API's cache of each app's endpoints, so a publish costs one Redis call, not two.
+"""The API's cache of each app's endpoints, so a publish costs one Redis call, not two;
+and the worker's cache of endpoints by id, so a claimed batch costs no read of them.
 
 Correctness first: the cache is used only while this process is subscribed to the
 endpoint change channel (``relay:v3:{cfg}:changed``), which ``endpoint_put.lua`` and
@@ -13,7 +14,7 @@ entries older than ``MAX_AGE`` are refetched regardless, as a backstop.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from relay.domain.filters import ProgramCache
@@ -22,12 +23,15 @@ from relay.queue.subscription import keep_subscribed
 
 MAX_AGE = 30.0
 MAX_APPS = 10_000
+MAX_IDS = 100_000
 
 
 class EndpointCache:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._by_app: dict[str, tuple[int, float, list[dict[str, Any]]]] = {}
+        # endpoint id -> (epoch, filled at, the endpoint or None: there is none)
+        self._by_id: dict[str, tuple[int, float, dict[str, Any] | None]] = {}
         self._subscribed = False
         self._generation = 0  # bumped on every invalidation
         self.hits = 0
@@ -46,6 +50,7 @@ class EndpointCache:
     def invalidate(self) -> None:
         self._generation += 1
         self._by_app.clear()
+        self._by_id.clear()
         for listener in self.listeners:
             listener()
 
@@ -65,6 +70,37 @@ class EndpointCache:
                 self._by_app.clear()
             self._by_app[app] = (epoch, now, endpoints)
         return endpoints
+
+    async def by_ids(self, endpoint_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The endpoints of these ids that exist, by id (shared dicts: callers must not
+        change them), read from Redis only for ids not cached (one HMGET)."""
+        epoch, now = self.store.endpoint_epoch, time.monotonic()
+        found: dict[str, dict[str, Any]] = {}
+        missing: list[str] = []
+        for i in dict.fromkeys(endpoint_ids):
+            hit = self._by_id.get(i)
+            if self._subscribed and hit and hit[0] == epoch and now - hit[1] < MAX_AGE:
+                if hit[2] is not None:
+                    found[i] = hit[2]
+            else:
+                missing.append(i)
+        if not missing:
+            self.hits += 1
+            return found
+        self.misses += 1
+        generation = self._generation
+        got = await self.store.get_endpoints(missing)
+        found.update(got)
+        if (
+            self._subscribed
+            and generation == self._generation
+            and epoch == self.store.endpoint_epoch
+        ):
+            if len(self._by_id) + len(missing) > MAX_IDS:
+                self._by_id.clear()
+            for i in missing:
+                self._by_id[i] = (epoch, now, got.get(i))
+        return found
 
     async def run(self) -> None:
         """Keep the subscription; every change message (or a lost connection) invalidates."""
