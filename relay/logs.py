@@ -1,7 +1,8 @@
 """structlog, configured once at start: JSON (via orjson) by default, console on request.
 
-Ids of the unit of work (delivery, event, endpoint) are bound with contextvars, so
-every line of a delivery's life carries them. Nothing logs secrets or signatures:
+Ids of the unit of work (delivery, event, endpoint) are on every line of a delivery's
+life: the worker passes them with each line (``relay.delivery.attempt.ids_of``), other
+units of work may bind them with contextvars (merged here). Nothing logs secrets or signatures:
 the sender never passes headers or endpoint secrets to a logger.
 
 In JSON, a traceback is one structured field (``exception``: a list of frames and the

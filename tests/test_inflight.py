@@ -1,7 +1,7 @@
 """The worker's sends in flight, without Redis: slow sends noticed by one watcher (no
-timer per send), and the slot a send keeps until its outcome and its breaker verdict
-are written, after its task has ended (``Worker._deliver`` hands both to the group
-commits and returns)."""
+timer per send); a send's slot freed once its answer is in, and the send itself tracked
+until its outcome and its breaker verdict are written, after its task has ended
+(``Worker._deliver`` hands both to the group commits and returns)."""
 
 from __future__ import annotations
 
@@ -96,16 +96,22 @@ async def stop_writers(worker: Worker) -> None:
 
 
 @pytest.mark.parametrize("first", ["record", "settle"])
-async def test_a_send_keeps_its_slot_until_outcome_and_verdict_are_written(
+async def test_an_answered_send_frees_its_slot_and_is_tracked_until_both_writes_end(
     fake_store: Store, first: str
 ) -> None:
+    """Seen failing with ``InFlight.answered`` not counting the send as writing (its
+    slot stays taken: free() is one short) and with ``done`` not discounting it (the
+    next send finds one slot fewer)."""
     worker, record, settle = worker_with_gates(fake_store, 1)
     window = worker._windows.window("ep_1")
+    concurrency = worker.settings.worker_concurrency
     worker._spawn(SK, claim(1), {"id": "ep_1"})
     f = worker._inflight.flights["tok_1"]
     await until(lambda: bool(record.items) and bool(settle.items))
     assert f.task is not None and f.task.done()  # the send's task has ended...
-    assert f.recording and worker._inflight.free() == worker.settings.worker_concurrency - 1
+    assert f.recording and worker._inflight.free() == concurrency  # ...its slot is free
+    assert worker._inflight.open_to("ep_1") == 0  # no request open to the endpoint
+    assert [x.claim.id for x in worker._inflight.unfinished()] == []  # nothing to hand back
     one, other = (record, settle) if first == "record" else (settle, record)
     one.open.set()
     for _ in range(20):
@@ -115,8 +121,33 @@ async def test_a_send_keeps_its_slot_until_outcome_and_verdict_are_written(
     other.open.set()
     await until(lambda: "tok_1" not in worker._inflight.flights)
     assert worker._windows.window("ep_1") == window + 1  # the success was settled
-    assert worker.stats.fenced == 0
+    assert worker.stats.fenced == 0 and worker._inflight.free() == concurrency
     await stop_writers(worker)
+
+
+def test_slots_count_open_requests_and_the_cap_counts_every_send_tracked() -> None:
+    """An answered send frees its slot once, a slow one once: a slow send that answers
+    is not freed twice; sends being written still count against the hard cap."""
+    inflight = InFlight(2)
+    a = inflight.add(SK, claim(1), None)
+    b = inflight.add(SK, claim(2), None)
+    assert inflight.free() == 0
+    inflight.answered(a)
+    assert inflight.free() == 1 and inflight.writing == 1
+    inflight.mark_slow(a)  # answered: no longer a request, so never slow
+    assert not a.slow and inflight.free() == 1
+    inflight.mark_slow(b)
+    inflight.answered(b)  # slow, then answered: its slot was freed when it went slow
+    assert inflight.free() == 2 and (inflight.slow, inflight.writing) == (1, 1)
+    for n in range(3, 9):  # more sends fill the slots and then the cap (2 x 4 tracked)
+        f = inflight.add(SK, claim(n), None)
+        inflight.answered(f)
+    assert len(inflight) == 8 and inflight.free() == 0  # the cap, not the slots
+    inflight.done(a)
+    inflight.done(a)  # a second done changes nothing
+    inflight.done(b)
+    assert (inflight.slow, inflight.writing, len(inflight)) == (0, 6, 6)
+    assert inflight.free() == 2
 
 
 async def test_a_failed_verdict_write_frees_the_slot_and_is_logged(fake_store: Store) -> None:

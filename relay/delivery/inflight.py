@@ -1,9 +1,13 @@
 """The sends in flight in one worker: their records, the slots they hold, slow sends.
 
-A send in flight longer than its slow threshold (``Windows.slow_after``) stops counting
-against the concurrency, so an endpoint that hangs until the timeout cannot occupy
-every slot (no head-of-line blocking); at most ``SLOW_HEADROOM`` x concurrency requests
-are open in all. ``slot_free`` is set whenever a slot may have come free.
+A send holds a send slot while its request is open. Once its answer is in, it frees
+the slot (:meth:`InFlight.answered`) and stays tracked, its outcome and verdict being
+written (the heartbeat extends its lease, a shutdown waits for the write), until both
+writes have ended (:meth:`InFlight.done`). A send in flight longer than its slow
+threshold (``Windows.slow_after``) stops counting against the concurrency, so an
+endpoint that hangs until the timeout cannot occupy every slot (no head-of-line
+blocking); at most ``SLOW_HEADROOM`` x concurrency sends are tracked in all, open or
+being written. ``slot_free`` is set whenever a slot may have come free.
 
 No timer per send: :func:`watch_slow` (one task per worker) looks at the sends in flight
 every ``SLOW_TICK`` while there are any, and marks those past their threshold.
@@ -32,7 +36,7 @@ class Flight:
     claim: Claimed
     endpoint: dict[str, Any] | None = None  # None: the endpoint was deleted
     task: asyncio.Task[None] | None = None
-    recording: bool = False  # its outcome is being written: nothing left to hand back
+    recording: bool = False  # answered, its outcome being written: nothing to hand back
     slow: bool = False
     lease_until: float = 0.0  # time.monotonic() by which its lease runs out, at the latest
     slow_at: float = float("inf")  # time.monotonic() after which it counts as slow
@@ -50,6 +54,7 @@ class InFlight:
         self.concurrency = concurrency
         self.flights: dict[str, Flight] = {}
         self.slow = 0  # sends in flight for longer than their slow threshold
+        self.writing = 0  # answered sends (not slow) whose writes have not ended
         self.slot_free = asyncio.Event()
         self.busy = asyncio.Event()  # set when a send is added: watch_slow has work
 
@@ -60,14 +65,19 @@ class InFlight:
         return iter(self.flights.values())
 
     def free(self) -> int:
-        """Send slots free: slow sends do not count, up to the hard cap on open requests."""
+        """Send slots free: open requests hold one, slow and answered ones do not, up to
+        the hard cap on sends tracked."""
         concurrency = self.concurrency
-        active = len(self.flights) - self.slow
+        active = len(self.flights) - self.slow - self.writing
         return min(concurrency - active, concurrency * SLOW_HEADROOM - len(self.flights))
 
     def open_to(self, endpoint_id: str) -> int:
-        """Requests open to one endpoint (slow ones included)."""
-        return sum(1 for f in self.flights.values() if f.claim.endpoint_id == endpoint_id)
+        """Requests open to one endpoint (slow ones included, answered ones not)."""
+        return sum(
+            1
+            for f in self.flights.values()
+            if f.claim.endpoint_id == endpoint_id and not f.recording
+        )
 
     def add(
         self,
@@ -81,9 +91,17 @@ class InFlight:
         self.busy.set()
         return f
 
+    def answered(self, f: Flight) -> None:
+        """The send's answer is in (or it made no request): its outcome goes to be
+        written, and its send slot to the next send."""
+        f.recording = True
+        if not f.slow:
+            self.writing += 1
+        self.slot_free.set()
+
     def mark_slow(self, f: Flight) -> None:
         """The send has run past its slow threshold: its slot goes to the others."""
-        if f.claim.token in self.flights and not f.slow:
+        if f.claim.token in self.flights and not f.slow and not f.recording:
             f.slow = True
             self.slow += 1
             self.slot_free.set()
@@ -91,13 +109,16 @@ class InFlight:
     def mark_overdue(self, now: float) -> None:
         """Mark every send past its ``slow_at`` (``now``: time.monotonic()) slow."""
         for f in self.flights.values():
-            if f.slow_at <= now and not f.slow:
+            if f.slow_at <= now and not f.slow and not f.recording:
                 self.mark_slow(f)
 
     def done(self, f: Flight) -> None:
+        if self.flights.pop(f.claim.token, None) is None:
+            return
         if f.slow:
             self.slow -= 1
-        self.flights.pop(f.claim.token, None)
+        elif f.recording:
+            self.writing -= 1
         self.slot_free.set()
 
     def tasks(self) -> list[asyncio.Task[None]]:

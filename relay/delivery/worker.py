@@ -22,7 +22,6 @@ sweeper and the metrics exporter run beside it (:func:`relay.runner.run_worker`)
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,7 +32,7 @@ import structlog
 from relay import tracing
 from relay.delivery import sender
 from relay.delivery.admission import Admission
-from relay.delivery.attempt import Attempter, BeforeSend
+from relay.delivery.attempt import Attempter, BeforeSend, ids_of
 from relay.delivery.claims import Claims
 from relay.delivery.groupcommit import Done, GroupCommit
 from relay.delivery.inflight import SLOW_HEADROOM, Flight, InFlight, watch_slow
@@ -190,31 +189,29 @@ class Worker:
 
     async def _deliver(self, f: Flight, endpoint: dict[str, Any] | None) -> None:
         """Send, then hand the outcome (and the breaker verdict) to the group commits and
-        end: the flight keeps its slot until both writes have ended (:meth:`_recorded`,
-        :meth:`_settled`), and no cancellation of this task reaches a write it handed over."""
+        end: the send slot is free once the answer is in (``InFlight.answered``); the
+        flight stays tracked until both writes have ended (:meth:`_recorded`,
+        :meth:`_settled`), and no cancellation of this task reaches a write it handed
+        over. Its log lines name the delivery, its event, endpoint and attempt."""
         c = f.claim
-        structlog.contextvars.bind_contextvars(
-            delivery_id=c.id, event_id=c.event_id, endpoint_id=c.endpoint_id, attempt=c.attempts
-        )
         try:
             sent_ms = int(time.time() * 1000)
             outcome, verdict = await self._attempter.attempt(c, endpoint)
             if verdict == "0":  # settle.lua: a failure sent before a success is not counted
                 verdict = f"0@{sent_ms}"
-            f.recording = True
+            self._inflight.answered(f)
             deadline = lambda: f.lease_until - self._margin  # noqa: E731
-            # the callbacks run in this send's context: their log lines carry its ids
-            ctx = contextvars.copy_context()
             if endpoint is not None and verdict is not None:
                 f.settling = True
-                settled = _in_context(ctx, self._settled, f)
+                settled: Done = lambda result, exc: self._settled(f, result, exc)  # noqa: E731
                 self._settler.submit_then(endpoint["id"], (c.token, verdict), settled, deadline)
-            self._recorder.submit_then(f.sk, outcome, _in_context(ctx, self._recorded, f), deadline)
+            recorded: Done = lambda result, exc: self._recorded(f, result, exc)  # noqa: E731
+            self._recorder.submit_then(f.sk, outcome, recorded, deadline)
         except asyncio.CancelledError:
             self._finish(f)
             raise
         except Exception:
-            log.exception("delivery.crashed")
+            log.exception("delivery.crashed", **ids_of(c))
             self._finish(f)
 
     def _recorded(self, f: Flight, result: Any, exc: BaseException | None) -> None:
@@ -224,18 +221,23 @@ class Worker:
             if exc is not None:
                 # Redis stayed unavailable until the lease was nearly over: the
                 # delivery will be reclaimed and sent again (at-least-once).
-                log.error("delivery.outcome_lost", error=str(exc) or type(exc).__name__)
+                error = str(exc) or type(exc).__name__
+                log.error("delivery.outcome_lost", error=error, **ids_of(f.claim))
             else:
                 if result == 0:
                     self.stats.fenced += 1
-                    log.warning("delivery.fenced", detail="claim superseded; outcome logged only")
+                    log.warning(
+                        "delivery.fenced",
+                        detail="claim superseded; outcome logged only",
+                        **ids_of(f.claim),
+                    )
                 if f.settling:
                     f.recorded = True  # _settled finishes it
                     return
                 if f.settled is not None:
                     self._after_verdict(f)
         except Exception:
-            log.exception("delivery.crashed")
+            log.exception("delivery.crashed", **ids_of(f.claim))
         self._finish(f)
 
     def _settled(self, f: Flight, result: Any, exc: BaseException | None) -> None:
@@ -243,13 +245,13 @@ class Worker:
         f.settling = False
         f.settled = (result, exc)
         if exc is not None:
-            log.warning("write.failed", error=str(exc) or type(exc).__name__)
+            log.warning("write.failed", error=str(exc) or type(exc).__name__, **ids_of(f.claim))
         if not f.recorded:
             return  # _recorded goes on (or has given up on this send: outcome lost)
         try:
             self._after_verdict(f)
         except Exception:
-            log.exception("delivery.crashed")
+            log.exception("delivery.crashed", **ids_of(f.claim))
         finally:
             self._finish(f)
 
@@ -257,7 +259,7 @@ class Worker:
         assert f.settled is not None
         result, exc = f.settled
         if exc is not None:
-            log.error("delivery.crashed", exc_info=exc)
+            log.error("delivery.crashed", exc_info=exc, **ids_of(f.claim))
         elif f.endpoint is not None:
             self._after_settle(f.endpoint, result)
 
@@ -292,12 +294,6 @@ class Worker:
             self._disabling.add(e)
             task = asyncio.create_task(self.lifecycle.disable(e, s.failing_since))
             task.add_done_callback(lambda _: self._disabling.discard(e))
-
-
-def _in_context(
-    ctx: contextvars.Context, then: Callable[[Flight, Any, BaseException | None], None], f: Flight
-) -> Done:
-    return lambda result, exc: ctx.run(then, f, result, exc)
 
 
 async def _wait_any(stop: asyncio.Event, other: asyncio.Event, within: float | None = None) -> None:
