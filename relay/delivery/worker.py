@@ -100,7 +100,10 @@ class Worker:
         # told the endpoint id when a settle appended an operational event to its
         # outbox (relay.connectors.opsevents.OpsRelay.poke, set by the runner)
         self.on_ops: Callable[[str], None] | None = None
-        self._low_water = max(1, min(settings.claim_batch, settings.worker_concurrency) // 4)
+        # With a backlog, claim once three quarters of the slots are free: a batch's sends
+        # then go out, and come back, together, so the loop handles their answers in
+        # waves (a quarter made twice the claims and a third more CPU per delivery).
+        self._low_water = max(1, min(settings.claim_batch, settings.worker_concurrency) * 3 // 4)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -138,7 +141,7 @@ class Worker:
         rotation = 0
         while not stop.is_set():
             free = inflight.free()
-            # With a backlog, wait for a quarter of the slots rather than claim one by one.
+            # With a backlog, wait for the low water mark rather than claim one by one.
             if free <= 0 or (free < self._low_water and claims.backlog):
                 inflight.slot_free.clear()
                 await _wait_any(stop, inflight.slot_free)
