@@ -6,6 +6,7 @@ proof of guarantee 2 through a Redis stall is ``tests/test_redis_stall.py``.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -98,6 +99,49 @@ async def test_a_failed_write_nobody_waits_for_is_logged() -> None:
         await gc_commit.drain()
     await gc_commit.stop()
     assert [(e["event"], e["error"]) for e in logs] == [("write.failed", "not transient")]
+
+
+async def test_a_key_whose_write_is_retried_holds_back_only_its_own_items() -> None:
+    """Shard 0's outcome write stuck retrying (its slot moving, its node failing over)
+    must not stop shard 1's from being written, or every send of the worker stays
+    tracked and it stops claiming from every shard. Each key's items are still written
+    in order, one write at a time. Seen failing with the keys written one after the
+    other (shard 1's write waited for shard 0's, the wait below timed out), which made
+    test_slot_moved_while_deliveries_flow time out in CI."""
+    gate = asyncio.Event()
+    writes: list[tuple[str, list[int]]] = []
+    running: dict[str, int] = {"s0": 0, "s1": 0}
+
+    async def write(key: str, items: list[int]) -> list[int]:
+        running[key] += 1
+        assert running[key] == 1, "two writes of one key at once"
+        try:
+            if key == "s0":
+                await gate.wait()
+            writes.append((key, items))
+            return items
+        finally:
+            running[key] -= 1
+
+    commit = GroupCommit(write, "test", budget=5)
+    commit.start()
+    got: list[tuple[str, int]] = []
+    for i in range(3):
+        commit.submit_then("s0", i, lambda r, e: got.append(("s0", r)))
+    await asyncio.sleep(0)
+    for i in range(3):
+        commit.submit_then("s1", i, lambda r, e: got.append(("s1", r)))
+    for _ in range(200):
+        if ("s1", 2) in got:
+            break
+        await asyncio.sleep(0.005)
+    assert got == [("s1", 0), ("s1", 1), ("s1", 2)]  # written while shard 0's waits
+    commit.submit_then("s0", 3, lambda r, e: got.append(("s0", r)))
+    gate.set()
+    await asyncio.wait_for(commit.drain(), 5)
+    await commit.stop()
+    assert [i for k, i in got if k == "s0"] == [0, 1, 2, 3]
+    assert [items for k, items in writes if k == "s0"] == [[0, 1, 2], [3]]  # in order
 
 
 class _Recorder:

@@ -1,8 +1,9 @@
 """Group commit: the writes of many finished sends go to Redis in one script call.
 
-Whatever is submitted while the previous write runs goes in the next one, so under load
-a worker records outcomes (and settles breakers) in batches without ever waiting to fill
-one; when idle, a single outcome is written at once.
+Whatever is submitted for a key (a shard, an endpoint: one hash slot) while that key's
+previous write runs goes in its next one, so under load a worker records outcomes (and
+settles breakers) in batches without ever waiting to fill one; when idle, a single
+outcome is written at once. Keys are written side by side, each by its own writer.
 
 A write that fails because Redis is unavailable (down, stalled past the socket timeout,
 read-only after a failover, busy with a script, loading) is retried, not dropped: until
@@ -50,6 +51,7 @@ class GroupCommit:
         self._max = max_batch
         self._budget = budget
         self._pending: dict[Any, list[tuple[Any, Done, Deadline]]] = {}
+        self._writing: set[Any] = set()  # keys with a write under way
         self._kick = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -73,7 +75,7 @@ class GroupCommit:
 
     async def drain(self) -> None:
         """Wait until everything submitted so far is written."""
-        while self._pending or not self._idle.is_set():
+        while self._pending or self._writing or not self._idle.is_set():
             self._kick.set()
             await self._idle.wait()
 
@@ -84,16 +86,33 @@ class GroupCommit:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
-        while True:
-            await self._kick.wait()
-            self._kick.clear()
-            while self._pending:
-                key, items = next(iter(self._pending.items()))
+        """Start a writer for every key with items waiting and none writing: the keys'
+        writes run side by side, each key's in order, one at a time. A key whose write
+        is retried (its shard's slot moving, its node failing over) holds back only its
+        own items, not the other shards' or endpoints'."""
+        writers: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await self._kick.wait()
+                self._kick.clear()
+                for key in [k for k in self._pending if k not in self._writing]:
+                    self._writing.add(key)
+                    task = asyncio.create_task(self._write_key(key), name=self._name)
+                    writers.add(task)
+                    task.add_done_callback(writers.discard)
+                if not self._pending and not self._writing:
+                    self._idle.set()
+        finally:
+            for task in list(writers):
+                task.cancel()
+
+    async def _write_key(self, key: Any) -> None:
+        """Write ``key``'s items, batch after batch, until none are waiting."""
+        try:
+            while items := self._pending.pop(key, None):
                 batch, rest = items[: self._max], items[self._max :]
                 if rest:
                     self._pending[key] = rest
-                else:
-                    del self._pending[key]
                 ended: list[tuple[Done, Any, BaseException | None]]
                 try:
                     res = await with_retries(
@@ -107,8 +126,9 @@ class GroupCommit:
                         done(r, err)
                     except Exception:  # one caller's bug must not stop the others' writes
                         log.exception("write.callback_failed", writer=self._name)
-            if not self._pending:
-                self._idle.set()
+        finally:
+            self._writing.discard(key)
+            self._kick.set()  # the loop starts the key again if more came, or goes idle
 
 
 def _latest(batch: list[tuple[Any, Done, Deadline]]) -> Deadline:
