@@ -143,8 +143,11 @@ async def test_slot_moved_while_deliveries_flow(
         producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)
         await worker
-        if not moved:  # failed mid-move: leave the session's cluster whole for the next tests
-            await asyncio.to_thread(_finish, redis_cluster, slot, src, dst)
+        # Failed mid-move: leave the session's cluster whole for the tests after this one
+        # (seen: with a failure injected after step 1, the ordering cluster tests then
+        # failed with "TTL exhausted", as in CI; with this they passed).
+        if not moved:
+            await asyncio.to_thread(redis_cluster.move_slot, slot, dst)
         got = _delivered(receiver)
         print(
             f"receiver got {len(set(got) & set(published))} of {total}; "
@@ -170,11 +173,6 @@ async def test_slot_moved_while_deliveries_flow(
     # The split really was met: claims (and publishes) on shard 0 were refused.
     assert worker_store.scripts.refused.get("claim", 0) > 0
     assert publisher.scripts.refused.get("publish", 0) > 0
-
-
-def _finish(cluster: ClusterHandle, slot: int, src: int, dst: int) -> None:
-    cluster.migrate_keys(src, dst, cluster.keys_in_slot(src, slot))
-    cluster.finish_move(slot, src, dst)
 
 
 def _delivered(receiver: Receiver) -> Counter[str]:

@@ -107,7 +107,8 @@ async def test_a_key_whose_write_is_retried_holds_back_only_its_own_items() -> N
     tracked and it stops claiming from every shard. Each key's items are still written
     in order, one write at a time. Seen failing with the keys written one after the
     other (shard 1's write waited for shard 0's, the wait below timed out), which made
-    test_slot_moved_while_deliveries_flow time out in CI."""
+    test_slot_moved_while_deliveries_flow time out in CI; and with a writer started for
+    every key with items, busy or not (s0's item 3 written beside its first write)."""
     gate = asyncio.Event()
     writes: list[tuple[str, list[int]]] = []
     running: dict[str, int] = {"s0": 0, "s1": 0}
@@ -137,6 +138,8 @@ async def test_a_key_whose_write_is_retried_holds_back_only_its_own_items() -> N
         await asyncio.sleep(0.005)
     assert got == [("s1", 0), ("s1", 1), ("s1", 2)]  # written while shard 0's waits
     commit.submit_then("s0", 3, lambda r, e: got.append(("s0", r)))
+    await asyncio.sleep(0.02)  # time for a second writer of s0 to start, if one would
+    assert writes == [("s1", [0, 1, 2])]  # s0's next item waits for its write in flight
     gate.set()
     await asyncio.wait_for(commit.drain(), 5)
     await commit.stop()

@@ -75,7 +75,7 @@ class GroupCommit:
 
     async def drain(self) -> None:
         """Wait until everything submitted so far is written."""
-        while self._pending or self._writing or not self._idle.is_set():
+        while self._pending or not self._idle.is_set():
             self._kick.set()
             await self._idle.wait()
 
@@ -90,21 +90,17 @@ class GroupCommit:
         writes run side by side, each key's in order, one at a time. A key whose write
         is retried (its shard's slot moving, its node failing over) holds back only its
         own items, not the other shards' or endpoints'."""
-        writers: set[asyncio.Task[None]] = set()
-        try:
-            while True:
-                await self._kick.wait()
-                self._kick.clear()
-                for key in [k for k in self._pending if k not in self._writing]:
-                    self._writing.add(key)
-                    task = asyncio.create_task(self._write_key(key), name=self._name)
-                    writers.add(task)
-                    task.add_done_callback(writers.discard)
-                if not self._pending and not self._writing:
-                    self._idle.set()
-        finally:
-            for task in list(writers):
-                task.cancel()
+        writers: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            for key in [k for k in self._pending if k not in self._writing]:
+                self._writing.add(key)
+                task = asyncio.create_task(self._write_key(key), name=self._name)
+                writers.add(task)
+                task.add_done_callback(writers.discard)
+            if not self._pending and not self._writing:
+                self._idle.set()
 
     async def _write_key(self, key: Any) -> None:
         """Write ``key``'s items, batch after batch, until none are waiting."""
