@@ -1,0 +1,147 @@
+"""Issue 17, Redis CPU per delivery: what claim.lua does to cost less, and that it changes
+nothing a claim returns or leaves behind.
+
+- A new processing set is made a skiplist (a long member added with the first leases and
+  removed in the same call): as a listpack, every lease added scanned the whole set.
+  Needs a real Redis (OBJECT ENCODING); seen failing with the pad taken out ("listpack").
+- An event's header is read with plain string.find when it has the shape
+  eventrecord.pack writes, and with cjson otherwise: every shape below claims the same
+  endpoint and attempt budget on fakeredis and on a real Redis. Seen failing with the
+  fast reader off by one (the endpoint id lost its last character) and with it keeping
+  only the last entry of d; with the cjson fallback made an error, only the shapes of d
+  it is there for fail (escapes in the type and app are the fast reader's to read).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from relay.domain import eventrecord, ids
+from relay.queue.store import Store
+from tests.test_store import add_endpoint, claim, outcome, publish
+
+pytestmark = pytest.mark.realredis
+
+
+@pytest.fixture(params=["fake", "real"])
+def backend(request: pytest.FixtureRequest) -> Any:
+    name = "fake_store" if request.param == "fake" else "make_store"
+    return request.getfixturevalue(name)
+
+
+@pytest.fixture
+async def st(backend: Any) -> Store:
+    return backend if isinstance(backend, Store) else await backend()
+
+
+async def test_a_new_processing_set_is_a_skiplist_and_holds_only_leases(make_store: Any) -> None:
+    st = await make_store()
+    sk = st.keys.shard(0)
+    ep = await add_endpoint(st)
+    for _ in range(3):
+        await publish(st, [ep["id"]])
+    got = await claim(st, limit=2)
+    assert await st.redis.object("encoding", sk.processing) == "skiplist"
+    leases = await st.redis.zrange(sk.processing, 0, -1, withscores=True)
+    assert sorted(m for m, _ in leases) == sorted(c.id for c in got.items)
+    assert got.next_lease_ms == leases[0][1]  # the head lease, not the pad's +inf
+
+    # a set that exists is added to as it is (one more lease, still a skiplist)
+    more = await claim(st, limit=5)
+    assert len(more.items) == 1
+    assert await st.redis.zcard(sk.processing) == 3
+    assert await st.redis.object("encoding", sk.processing) == "skiplist"
+
+    # emptied, the set is gone; the next claim makes a skiplist again
+    done = [outcome(c, "succeeded") for c in got.items + more.items]
+    assert await st.record(sk, done) == [1, 1, 1]
+    assert not await st.redis.exists(sk.processing)
+    await publish(st, [ep["id"]])
+    again = await claim(st)
+    assert len(again.items) == 1
+    assert await st.redis.object("encoding", sk.processing) == "skiplist"
+    assert await st.redis.zrange(sk.processing, 0, -1) == [again.items[0].id]
+
+
+async def _stored(st: Store, header_extra: dict[str, Any], endpoints: list[Any], **kw: Any) -> str:
+    """An event written as eventrecord.pack writes it (with a header field or two added
+    by hand where pack cannot make them), its deliveries due now."""
+    sk = st.keys.shard(0)
+    event_id = ids.new_event_id()
+    deliveries = [
+        (e[0], e[1]) if isinstance(e, list) else (ids.delivery_id(event_id, i), e)
+        for i, e in enumerate(endpoints)
+    ]
+    value = eventrecord.pack(
+        event_id=event_id,
+        event_type=kw.get("event_type", "order.paid"),
+        app=kw.get("app", "default"),
+        created_ms=kw.get("created_ms", ids.created_ms(event_id) or 0),
+        max_attempts=kw.get("max_attempts", 7),
+        deliveries=deliveries,
+        body=b'{"data":{"n":1}}',
+        trace=kw.get("trace", ""),
+        filtered=kw.get("filtered", ()),
+    )
+    head, _, rest = value.partition(b"\n")
+    if header_extra:
+        header = orjson.loads(head)
+        header.update(header_extra)
+        value = orjson.dumps(header) + b"\n" + rest
+    await st.redis.set(sk.event(event_id), eventrecord.raw(value).decode("utf-8", "surrogateescape"))
+    await st.redis.zadd(sk.due, {d: 0 for d, _ in deliveries})
+    return event_id
+
+
+SHAPES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("as published", {}, {}),
+    ("fan-out of three", {}, {"fan": 3}),
+    ("trace context and created_at", {}, {"trace": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+                                          "created_ms": 1_700_000_000_000}),
+    ("a filtered endpoint", {}, {"filtered": [{"endpoint_id": "ep_X", "reason": "filter"}]}),
+    ("an escaped quote in the type", {}, {"event_type": 'order."paid"'}),
+    ("a backslash in the app", {}, {"app": "a\\b"}),
+    ("a newline in the type", {}, {"event_type": "order\npaid"}),
+    ("a big attempt budget", {}, {"max_attempts": 123456}),
+]
+
+
+@pytest.mark.parametrize(("name", "extra", "kw"), SHAPES, ids=[s[0] for s in SHAPES])
+async def test_every_header_shape_claims_its_endpoint_and_budget(
+    st: Store, name: str, extra: dict[str, Any], kw: dict[str, Any]
+) -> None:
+    kw = dict(kw)  # the parameters are shared by both backends' runs
+    fan = kw.pop("fan", 1)
+    eps = [(await add_endpoint(st))["id"] for _ in range(fan)]
+    event_id = await _stored(st, extra, eps, **kw)
+    got = await claim(st, limit=10)
+    by_id = {c.id: c for c in got.items}
+    assert len(by_id) == fan
+    for i, ep in enumerate(eps):
+        c = by_id[ids.delivery_id(event_id, i)]
+        assert (c.endpoint_id, c.max_attempts, c.event_id) == (ep, kw.get("max_attempts", 7), event_id)
+
+
+D_SHAPES = [
+    ("a migrated pair", ["ep_A", ["dlv_PAIR", "ep_B"], "ep_C"]),
+    ("an escaped endpoint id", ["ep_A", 'ep_"quoted"\\', "ep_C"]),
+    ("a backslash at the end", ["ep_A", "ep_\\", "ep_C"]),
+]
+
+
+@pytest.mark.parametrize(("name", "d"), D_SHAPES, ids=[s[0] for s in D_SHAPES])
+async def test_entries_the_fast_reader_leaves_to_cjson(st: Store, name: str, d: list[Any]) -> None:
+    # d as relay migrate leaves it ([delivery id, endpoint id]) beside derived entries, or an
+    # endpoint id that JSON escapes: each claimed delivery gets its own entry all the same
+    event_id = ids.new_event_id()
+    sk = st.keys.shard(0)
+    header = {"type": "t", "app": "default", "max_attempts": 4, "d": d}
+    await st.redis.set(sk.event(event_id), (orjson.dumps(header) + b"\n{}").decode())
+    mine = {ids.delivery_id(event_id, i): e for i, e in enumerate(d) if isinstance(e, str)}
+    await st.redis.zadd(sk.due, {k: 0 for k in mine})
+    got = {c.id: c for c in (await claim(st)).items}
+    assert {k: c.endpoint_id for k, c in got.items()} == mine
+    assert {c.max_attempts for c in got.values()} == {4}
