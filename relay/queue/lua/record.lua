@@ -92,9 +92,10 @@ local function lane_next(lane, id)
 end
 
 -- A head that reached succeeded or dead: promote the next one, or block the lane.
-local function lane_done(dkey, id, lane, on_dead, outcome, err)
+local function lane_done(dkey, id, lane, outcome, err)
   if not lane or redis.call("LINDEX", lane_prefix .. lane, 0) ~= id then return end
-  if outcome == "dead" and on_dead == "block" and err ~= "endpoint_deleted" then
+  if outcome == "dead" and err ~= "endpoint_deleted"
+      and redis.call("HGET", dkey, "on_dead") == "block" then
     redis.call("HSET", dkey, "blocking", "1")
     redis.call("ZADD", blocked, now_s, lane)
   else
@@ -121,10 +122,12 @@ for i = 1, n do
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local dkey = dlv_prefix .. id
   local code, err, entry = ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
-  local f = redis.call("HMGET", dkey, "claim", "recorded", "lane", "on_dead", "log_n",
-    "endpoint_id")
+  -- what every outcome needs; the rest only where it is used (each field read is a
+  -- listpack scan and a Lua value: a fenced write's, a dead letter's, a lane's on_dead)
+  local f = redis.call("HMGET", dkey, "claim", "log_n", "lane")
   local mine = f[1] == token
-  if not mine and f[2] == token then
+  local other = mine and {} or redis.call("HMGET", dkey, "recorded", "endpoint_id")
+  if not mine and other[1] == token then
     res[i] = 1  -- this very outcome was written already: a retried write
   elseif outcome == "defer" then
     if mine then
@@ -138,7 +141,7 @@ for i = 1, n do
     end
     res[i] = mine and 1 or 0
   elseif not mine then
-    if not f[6] then
+    if not other[2] then
       res[i] = 0  -- no such delivery (expired, or never was)
     else
       local num = redis.call("HINCRBY", dkey, "log_n", 1)
@@ -147,7 +150,7 @@ for i = 1, n do
       res[i] = 0
     end
   else
-    local num = (tonumber(f[5]) or 0) + 1
+    local num = (tonumber(f[2]) or 0) + 1
     local drop = {"claim"}  -- (no lease_until: processing holds the lease)
     if num == 1 and outcome == "succeeded" and ARGV[b + 8] ~= "" then
       -- the common case: the first request succeeded; a1 is its whole log, and says its
@@ -187,12 +190,12 @@ for i = 1, n do
     elseif outcome == "succeeded" then
       ok_at[#ok_at + 1] = now_s
       ok_at[#ok_at + 1] = id
-      lane_done(dkey, id, f[3], f[4], outcome, "")
+      lane_done(dkey, id, f[3], outcome, "")
     else
       dead_at[#dead_at + 1] = now_s
       dead_at[#dead_at + 1] = id
-      dead_tally(f[6], id)
-      lane_done(dkey, id, f[3], f[4], outcome, err)
+      dead_tally(redis.call("HGET", dkey, "endpoint_id"), id)
+      lane_done(dkey, id, f[3], outcome, err)
     end
     res[i] = 1
   end
