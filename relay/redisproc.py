@@ -2,9 +2,8 @@
 
 Used by ``relay dev`` (a private Redis when none answers), the pytest session fixtures,
 the crash-injection suites (SIGKILL Redis and restart it on the same data dir; SIGKILL a
-Sentinel-watched primary) and the Redis Cluster tests. Servers are configured on the
-command line (a Sentinel by the conf it writes), bind to 127.0.0.1, keep their files in
-``data_dir`` and run in their own session, so a test runner's Ctrl-C cannot reach them.
+Sentinel-watched primary) and the Redis Cluster tests. Servers bind to 127.0.0.1, keep
+their files in ``data_dir`` and run in their own session: a runner's Ctrl-C misses them.
 """
 
 from __future__ import annotations
@@ -232,10 +231,11 @@ class RedisServer(_Managed):
 @dataclass(kw_only=True)
 class RedisSentinel(RedisServer):
     """A Sentinel (``redis-server sentinel.conf --sentinel``) watching ``master_port`` as
-    ``master`` (quorum 2, down after 1 s, failover timeout 3 s); it rewrites its conf."""
+    ``master`` (quorum 2, down after ``down_after_ms``, failover timeout 3 s)."""
 
     master_port: int
     master: str = "relay"
+    down_after_ms: int = 1000
 
     def command(self) -> list[str]:
         data = Path(self.data_dir).resolve()
@@ -243,7 +243,8 @@ class RedisSentinel(RedisServer):
         lines = [f"port {self.port}", f"bind {HOST}", f"dir {data}", "protected-mode no"]
         lines += [f"logfile {data / 'redis.log'}", "daemonize no"]
         lines += [watch % "monitor" + f"{HOST} {self.master_port} 2"]
-        lines += [watch % "down-after-milliseconds" + "1000", watch % "failover-timeout" + "3000"]
+        lines += [watch % "down-after-milliseconds" + str(self.down_after_ms)]
+        lines += [watch % "failover-timeout" + "3000"]
         conf.write_text("\n".join(lines) + "\n")
         return [self._resolve_binary(), str(conf), "--sentinel"]
 

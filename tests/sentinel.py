@@ -45,8 +45,11 @@ def _until(check: Any, timeout: float, what: str) -> Any:
 class SentinelTopology:
     """``start()`` / ``stop()`` (or ``with``); ``sentinels`` is what RELAY_REDIS_SENTINELS gets."""
 
-    def __init__(self, data_dir: Path, *, replicas: int = 2, sentinels: int = 3) -> None:
+    def __init__(
+        self, data_dir: Path, *, replicas: int = 2, sentinels: int = 3, down_after_ms: int = 1000
+    ) -> None:
         self.data_dir = Path(data_dir)
+        self._down_after_ms = down_after_ms
         self.nodes = [RedisServer(data_dir=self.data_dir / "node0", extra_args=NODE_ARGS)]
         self._replicas = replicas
         self._sentinel_count = sentinels
@@ -73,7 +76,11 @@ class SentinelTopology:
                 self.nodes.append(node)
             self._wait_replicas(first, self._replicas)
             for i in range(self._sentinel_count):
-                watcher = RedisSentinel(data_dir=self.data_dir / f"sentinel{i}", master_port=first)
+                watcher = RedisSentinel(
+                    data_dir=self.data_dir / f"sentinel{i}",
+                    master_port=first,
+                    down_after_ms=self._down_after_ms,
+                )
                 watcher.start()
                 self.watchers.append(watcher)
             self._wait_sentinels_agree(first)
