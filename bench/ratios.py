@@ -86,6 +86,15 @@ def loads(res: dict[str, Any]) -> list[float]:
     ]
 
 
+def steals(res: dict[str, Any]) -> list[float]:
+    """The share of CPU time the hypervisor took (steal) during each step."""
+    return [
+        v["steal_share"]
+        for v in res.values()
+        if isinstance(v, dict) and v.get("steal_share") is not None
+    ]
+
+
 def grid(head: list[str], rows: list[list[str]]) -> list[str]:
     """A plain-text table: first column left-aligned, the others right-aligned."""
     cells = [head, *rows]

@@ -22,6 +22,7 @@ from bench.ratios import (
     limit_runs,
     loads,
     norm,
+    steals,
 )
 from bench.targets import targets
 
@@ -272,7 +273,7 @@ def table(res: dict[str, Any]) -> str:
             lines += ["", *block]
     lines += _targets(res)
     m = res["meta"]["machine"]
-    ls = loads(res)
+    ls, st = loads(res), steals(res)
     lines += [
         "",
         "vs limit: against the limit run made right before the step; relay is: relay's 1-worker"
@@ -288,6 +289,7 @@ def table(res: dict[str, Any]) -> str:
         f"machine: {m['nproc']} CPUs, {m['cpu']}; Python {m['python']}; "
         f"Redis {m['redis']}; N={res['meta']['config']['n']:,}; "
         f"run took {res['meta']['runtime_s']:.0f}s"
-        + (f"; 1-min load average {min(ls):.1f}-{max(ls):.1f}" if ls else ""),
+        + (f"; 1-min load average {min(ls):.1f}-{max(ls):.1f}" if ls else "")
+        + (f"; CPU stolen by the hypervisor {min(st):.0%}-{max(st):.0%}" if st else ""),
     ]
     return "\n".join(lines)

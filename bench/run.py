@@ -77,6 +77,16 @@ def loadavg() -> float | None:
         return None
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs (/proc/stat): what the hypervisor took from this
+    VM while a step ran; a figure read while a neighbour takes a third is not an idle one."""
+    try:
+        f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return f[7], sum(f)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = Cfg(args.n, args.concurrency, args.clients, args.rate, args.seconds, args.event_loop)
     wanted = set(args.only.split(",")) if args.only else set(STEPS)
@@ -132,6 +142,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             key, fn = steps[step]
             started = time.monotonic()
             load_before = loadavg()
+            ticks_before = cpu_ticks()
             try:
                 paired = (await scenarios.limit(receiver, cfg))["per_s"] if step in PAIRED else None
                 uv = None
@@ -139,6 +150,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     uv = await scenarios.limit_uvloop(receiver, cfg)
                 res[key] = await fn()
                 res[key]["loadavg_1m_before"] = load_before
+                ticks_after = cpu_ticks()
+                if ticks_before and ticks_after and ticks_after[1] > ticks_before[1]:
+                    steal = ticks_after[0] - ticks_before[0]
+                    res[key]["steal_share"] = round(steal / (ticks_after[1] - ticks_before[1]), 3)
                 if paired is not None:
                     res[key]["limit_per_s"] = paired
                 if uv is not None:
