@@ -104,6 +104,17 @@ class _Topology:
         self.topo.stop()
 
 
+async def _credentials(replica: Any, user: str) -> None:
+    """Give a replica the user (and password) it resyncs with; a node that is down (killed
+    in a failover the Sentinels made on their own) is left as it is: it resyncs nothing,
+    and comes back with its own configuration."""
+    try:
+        await replica.config_set("masteruser", user)
+        await replica.config_set("masterauth", user)
+    except (aioredis.ConnectionError, OSError):
+        pass
+
+
 class FailoverRound(Round):
     def __init__(
         self,
@@ -113,7 +124,7 @@ class FailoverRound(Round):
         ack: int,
         rng: random.Random,
         lag: float,
-        down_after_ms: int = 2000,
+        down_after_ms: int,
     ):
         super().__init__(number, cfg, False, rng)
         self.lag = lag
@@ -159,11 +170,7 @@ class FailoverRound(Round):
             aioredis.Redis(port=n.port) for n in self.topo.nodes if n.port not in (None, port)
         ]
         for r in replicas:  # a user the primary does not know: every resync is refused
-            try:
-                await r.config_set("masteruser", "relay-crash-cut")
-                await r.config_set("masterauth", "relay-crash-cut")
-            except (aioredis.ConnectionError, OSError):
-                pass  # down (killed in a failover nobody here made): it resyncs nothing
+            await _credentials(r, "relay-crash-cut")
         primary = self._primary()
         try:
             await primary.execute_command("CLIENT", "KILL", "TYPE", "replica")
@@ -181,19 +188,14 @@ class FailoverRound(Round):
 
     async def _restore(self, replicas: list[Any]) -> None:
         """After the kill: count what was answered from the cut on, and undo the cut. The
-        workers go on whatever a replica answers: one that died meanwhile (a failover the
-        Sentinels made on their own can have it killed as the primary) refuses the
-        connection, and comes back with its own configuration; a worker left stopped
-        stalled a round once, every acknowledged event after it undelivered."""
+        workers go on whatever the replicas do: a worker left stopped stalled a round
+        once, every acknowledged event after it undelivered."""
         if replicas:
             self.acked_in_cut += len(self.st.acked) - self._cut_from
         try:
             for r in replicas:
                 try:
-                    await r.config_set("masteruser", "")
-                    await r.config_set("masterauth", "")
-                except (aioredis.ConnectionError, OSError):
-                    pass
+                    await _credentials(r, "")
                 finally:
                     await r.aclose()
         finally:
@@ -348,10 +350,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--down-after-ms",
         type=int,
         default=2000,
-        help="the Sentinels' down-after-milliseconds (2000). At 1000, on a loaded 2-core VM, "
-        "Sentinels twice judged a primary down 1 s after promoting it (their new links had "
-        "no answer yet) and failed over while it still took writes: a failover nobody "
-        "caused, which the rounds would count against relay",
+        help="the Sentinels' down-after-milliseconds (2000; why not 1000: the docstring)",
     )
     p.add_argument(
         "--lag", type=float, default=0.3, help="seconds of cut replica links before each kill"

@@ -16,20 +16,13 @@ import pytest
 from relay.delivery.attempt import outcome as make_outcome
 from relay.domain import attemptlog, eventrecord
 from relay.queue.store import Store
+from tests import test_store
 from tests.test_store import add_endpoint, claim, publish
 
 pytestmark = pytest.mark.realredis
 
-
-@pytest.fixture(params=["fake", "real"])
-def backend(request: pytest.FixtureRequest) -> Any:
-    name = "fake_store" if request.param == "fake" else "make_store"
-    return request.getfixturevalue(name)
-
-
-@pytest.fixture
-async def st(backend: Any) -> Store:
-    return backend if isinstance(backend, Store) else await backend()
+# test_store's fixtures: one suite on fakeredis and on the session's real Redis
+backend, st = test_store.backend, test_store.st
 
 
 def _ok(c: Any, detail: str = "", worker: str = "w1") -> Any:

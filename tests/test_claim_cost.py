@@ -21,20 +21,13 @@ import pytest
 
 from relay.domain import eventrecord, ids
 from relay.queue.store import Store
+from tests import test_store
 from tests.test_store import add_endpoint, claim, outcome, publish
 
 pytestmark = pytest.mark.realredis
 
-
-@pytest.fixture(params=["fake", "real"])
-def backend(request: pytest.FixtureRequest) -> Any:
-    name = "fake_store" if request.param == "fake" else "make_store"
-    return request.getfixturevalue(name)
-
-
-@pytest.fixture
-async def st(backend: Any) -> Store:
-    return backend if isinstance(backend, Store) else await backend()
+# test_store's fixtures: one suite on fakeredis and on the session's real Redis
+backend, st = test_store.backend, test_store.st
 
 
 async def test_a_new_processing_set_is_a_skiplist_and_holds_only_leases(make_store: Any) -> None:
