@@ -245,6 +245,7 @@ class RedisMeter:
             "used_memory": info["used_memory"],
             # the whole redis-server process (getrusage), main thread and any other
             "cpu_s": info["used_cpu_sys"] + info["used_cpu_user"],
+            "cpu_sys_s": info["used_cpu_sys"],
         }
 
     @staticmethod
@@ -272,6 +273,7 @@ class RedisMeter:
             if k != "info"
         }
         cpu_ms = (after.get("cpu_s", 0.0) - before.get("cpu_s", 0.0)) * 1000
+        sys_ms = (after.get("cpu_sys_s", 0.0) - before.get("cpu_sys_s", 0.0)) * 1000
         return {
             "units": per,
             "commands": total,
@@ -282,6 +284,7 @@ class RedisMeter:
             "bytes_to_redis_per_unit": round((after["bytes_in"] - before["bytes_in"]) / per),
             "bytes_from_redis_per_unit": round((after["bytes_out"] - before["bytes_out"]) / per),
             "redis_cpu_ms_per_unit": round(cpu_ms / per, 4),
+            "redis_cpu_sys_ms_per_unit": round(sys_ms / per, 4),  # of it, the kernel's
             "command_usec_ms_per_unit": round(sum(usec.values()) / 1000 / per, 4),
             "script_usec_ms_per_unit": round(sum(usec.get(k, 0) for k in scripts) / 1000 / per, 4),
             "by_command": dict(sorted(calls.items(), key=lambda kv: -kv[1])),

@@ -54,9 +54,9 @@ async def test_a_first_request_that_succeeded_stays_in_the_hash(st: Store) -> No
 
 async def test_its_hash_keeps_only_what_a1_and_the_indexes_do_not_say(st: Store) -> None:
     """Layout v3: a delivery sent once with success keeps endpoint, status, attempts,
-    updated_at, recorded, a1 and log_n; the API still shows when it was sent, its status
-    code, its worker and when it finished (a1 and its succeeded score), and its app and
-    type (its event's header)."""
+    updated_at, claim (the token whose outcome is written), worker, a1 and log_n; the API
+    still shows when it was sent, its status code, its worker and when it finished (a1 and
+    its succeeded score), and its app and type (its event's header)."""
     c, _ = await _one_sent(st, worker="w7")
     sk = st.keys.shard(0)
     raw = await st.redis.hgetall(sk.delivery(c.id))
@@ -65,7 +65,8 @@ async def test_its_hash_keeps_only_what_a1_and_the_indexes_do_not_say(st: Store)
         "status",
         "attempts",
         "updated_at",
-        "recorded",
+        "claim",
+        "worker",
         "a1",
         "log_n",
     }

@@ -4,12 +4,12 @@ nothing a claim returns or leaves behind.
 - A new processing set is made a skiplist (a long member added with the first leases and
   removed in the same call): as a listpack, every lease added scanned the whole set.
   Needs a real Redis (OBJECT ENCODING); seen failing with the pad taken out ("listpack").
-- An event's header is read with plain string.find when it has the shape
-  eventrecord.pack writes, and with cjson otherwise: every shape below claims the same
-  endpoint and attempt budget on fakeredis and on a real Redis. Seen failing with the
-  fast reader off by one (the endpoint id lost its last character) and with it keeping
-  only the last entry of d; with the cjson fallback made an error, only the shapes of d
-  it is there for fail (escapes in the type and app are the fast reader's to read).
+- A claim's events are read by Store.claim in one MGET after the script (claim.lua reads
+  none: a string passed through Lua is hashed byte by byte and copied twice), and a
+  first claim's endpoint and attempt budget are the header's, read in Python: every
+  shape below claims the same endpoint and attempt budget on fakeredis and on a real
+  Redis, as when claim.lua read them with string.find and cjson. Seen failing with
+  eventrecord.endpoint_of off by one (each delivery given its neighbour's endpoint).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ D_SHAPES = [
 
 
 @pytest.mark.parametrize(("name", "d"), D_SHAPES, ids=[s[0] for s in D_SHAPES])
-async def test_entries_the_fast_reader_leaves_to_cjson(st: Store, name: str, d: list[Any]) -> None:
+async def test_every_shape_of_d_claims_its_own_entry(st: Store, name: str, d: list[Any]) -> None:
     # d as relay migrate leaves it ([delivery id, endpoint id]) beside derived entries, or an
     # endpoint id that JSON escapes: each claimed delivery gets its own entry all the same
     event_id = ids.new_event_id()

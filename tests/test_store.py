@@ -259,7 +259,10 @@ async def test_record_succeeded(st: Store) -> None:
     assert await st.record(sk, [outcome(c, "succeeded")]) == [1]
     rec = await h(st, c.id)
     assert rec["status"] == "succeeded" and rec["last_status_code"] == "200"
-    assert "claim" not in rec and "lease_until" not in rec and "next_attempt_at" not in rec
+    assert "lease_until" not in rec and "next_attempt_at" not in rec
+    # the claim stays, its outcome written (the status says so): no longer a lease
+    assert rec["claim"] == c.token and await st.extend(sk, [(c.id, c.token)], 60_000) == [0]
+    assert "claim" not in (await st.get_delivery(c.id) or {})
     # layout v3: when it finished is its score in the succeeded index (and updated_at)
     assert "finished_at" not in rec
     assert await zmembers(st, sk.succeeded) == {c.id: float(rec["updated_at"])}
@@ -305,7 +308,8 @@ async def test_record_defer_refunds_attempt_and_logs_nothing(st: Store) -> None:
     res = await st.record(sk, [Outcome(c.id, c.token, "defer", 60_000, None, "", b"{}")])
     assert res == [1]
     rec = await h(st, c.id)
-    assert rec["status"] == "pending" and rec["attempts"] == "0" and "claim" not in rec
+    assert rec["status"] == "pending" and rec["attempts"] == "0"
+    assert await st.extend(sk, [(c.id, c.token)], 60_000) == [0]  # no longer its lease
     assert "log_n" not in rec and await log(st, c.id) == []
     due = await zmembers(st, sk.due)
     shown = await st.get_delivery(c.id)
@@ -466,7 +470,8 @@ async def test_release_refunds_attempt(st: Store) -> None:
     assert (await h(st, c.id))["status"] == "delivering"
     assert await st.release(sk, [(c.id, c.token)]) == [1]
     rec = await h(st, c.id)
-    assert rec["status"] == "pending" and rec["attempts"] == "0" and "claim" not in rec
+    assert rec["status"] == "pending" and rec["attempts"] == "0"
+    assert await st.extend(sk, [(c.id, c.token)], 60_000) == [0]  # no longer its lease
     assert c.id in await zmembers(st, sk.due) and not await zmembers(st, sk.processing)
     # the interrupted send may have reached the receiver: it is in the attempt log
     logged = (await st.get_delivery(c.id))["attempt_log"]

@@ -99,7 +99,7 @@ def outcome(
     short = ""
     if result == "succeeded" and not error:
         short = attemptlog.inline(c.attempts, at_ms, duration_ms, status, worker, detail)
-    return Outcome(c.id, c.token, result, delay_ms, status, error, entry, short)
+    return Outcome(c.id, c.token, result, delay_ms, status, error, entry, short, c.endpoint_id)
 
 
 def ids_of(c: Claimed) -> dict[str, Any]:

@@ -121,6 +121,17 @@ def _parts(value: str | bytes) -> tuple[dict[str, Any], bytes]:
     return header, zlib.decompress(stored) if header.get("z") else stored
 
 
+def endpoint_of(delivery_id: str, header: dict[str, Any]) -> str | None:
+    """The endpoint id the header lists for a delivery whose id derives from its event's
+    (the entry of ``d`` at the index the id ends with); None for any other."""
+    derived = ids.derived(delivery_id)
+    entries = header.get("d", ())
+    if derived is None or derived[1] >= len(entries):
+        return None
+    entry = entries[derived[1]]
+    return entry if isinstance(entry, str) else None
+
+
 def deliveries(event_id: str, header: dict[str, Any]) -> list[tuple[str, str]]:
     """``(delivery id, endpoint id)`` of every delivery of the event, in order."""
     return [

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay.domain import eventrecord, ids
 from relay.queue.base import StoreBase
+from relay.queue.reads import HEADER_READ
 
 
 class Dashboard(StoreBase):
@@ -62,6 +64,18 @@ class Dashboard(StoreBase):
                     for d in claimed:
                         pipe.hget(sk.delivery(d), "endpoint_id")
                     owners = await pipe.execute()
+                # a first claim writes no endpoint id: its event's header names it
+                unset = [i for i, owner in enumerate(owners) if owner is None]
+                if unset:
+                    async with self.redis.pipeline(transaction=False) as pipe:
+                        for i in unset:
+                            event_id = (ids.derived(claimed[i]) or ("", 0))[0]
+                            pipe.getrange(sk.event(event_id), 0, HEADER_READ - 1)
+                        heads = await pipe.execute()
+                    for i, head in zip(unset, heads, strict=True):
+                        if head and "\n" in head:
+                            header = eventrecord.header_of(head)
+                            owners[i] = eventrecord.endpoint_of(claimed[i], header)
                 for owner in owners:
                     if owner in in_flight:
                         in_flight[owner] += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from relay.domain import attemptlog, ids
+from relay.domain import attemptlog, eventrecord, ids
 
 # Every status a delivery can have. "held": its endpoint is disabled; it waits, out of
 # the due queue, until the endpoint is enabled again (hold.lua, resume.lua).
@@ -68,6 +68,7 @@ class Outcome:
     error: str
     entry: bytes  # attempt log entry, JSON object without "n"
     inline: str = ""  # its short form for the hash (relay.domain.attemptlog), or ""
+    endpoint_id: str = ""  # written into a hash that has none (a first claim's); "": the header's
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,15 +124,15 @@ def record_of(
     header lists it (by endpoint id, at the index its id ends with).
     """
     if not raw:
-        derived = ids.derived(delivery_id)
-        if due is None or header is None or derived is None:
+        endpoint_id = eventrecord.endpoint_of(delivery_id, header) if header else None
+        if due is None or endpoint_id is None:
             return None
-        entries = header.get("d", ())
-        index = derived[1]
-        if index >= len(entries) or not isinstance(entries[index], str):
-            return None
-        raw = {"endpoint_id": entries[index], "status": "pending", "attempts": "0"}
+        raw = {"endpoint_id": endpoint_id, "status": "pending", "attempts": "0"}
     out: dict[str, Any] = dict(raw)
+    if "endpoint_id" not in out and header is not None:  # a first claim writes none
+        out["endpoint_id"] = eventrecord.endpoint_of(delivery_id, header)
+    if out.get("status") != "delivering":  # the claim whose outcome is written: not a lease
+        out.pop("claim", None)
     if header is not None:  # its app and type: only an ordered or moved one's hash has them
         out.setdefault("app", header.get("app"))
         out.setdefault("type", header.get("type"))
@@ -152,7 +153,7 @@ def record_of(
         first = attemptlog.expand(a1)
         out.setdefault("last_attempt_at", first["at"])
         out.setdefault("last_status_code", first["status_code"])
-        out.setdefault("worker", first["worker"])
+        out["worker"] = first["worker"]  # the request's (the claim's worker made it)
     for f in INT_FIELDS:
         if f in out:
             out[f] = num(out[f])

@@ -8,13 +8,31 @@ call each, nothing more.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
+
+import orjson
+from redis.client import NEVER_DECODE
 
 from relay.domain import eventrecord, ids
 from relay.queue.base import StoreBase
 from relay.queue.keys import ShardKeys
 from relay.queue.records import Claimed, ClaimResult, Outcome, Swept, num
+
+
+def _missing_entry(attempt: int, worker: str) -> bytes:
+    """The attempt log entry of a claimed delivery whose event is gone (no request made)."""
+    return orjson.dumps(
+        {
+            "attempt": attempt,
+            "at": int(time.time() * 1000),
+            "error": "event_missing",
+            "detail": "its event is no longer stored: nothing to send",
+            "outcome": "dead",
+            "worker": worker,
+        }
+    )
 
 
 class Transitions(StoreBase):
@@ -99,44 +117,67 @@ class Transitions(StoreBase):
         self, sk: ShardKeys, *, limit: int, lease_ms: int, token_prefix: str, worker: str
     ) -> ClaimResult:
         """Take up to ``limit`` due deliveries under a lease (``claim.lua``); tokens are
-        ``<token_prefix>:<n>``."""
+        ``<token_prefix>:<n>``. Their events are read after it in one ``MGET`` (the
+        script reads none: a string passed through Lua costs Redis far more than one a
+        command answers), and a delivery's endpoint and attempt budget, when its hash has
+        none, are its event's header's. A claimed delivery whose event is gone is
+        recorded dead at once (``event_missing``) and not returned."""
         res = await self.scripts.claim(
             keys=[sk.due, sk.processing],
-            args=[
-                sk.delivery_prefix,
-                sk.event_prefix,
-                limit,
-                lease_ms,
-                token_prefix + ":",
-                worker,
-            ],
-            raw=True,  # event bodies: bytes as stored, compressed or not
+            args=[sk.delivery_prefix, limit, lease_ms, token_prefix + ":", worker],
+            raw=True,  # ids and tokens are ASCII: left as bytes, decoded once here
         )
         n = int(res[3])
-        items = []
-        # an event's deliveries in one batch (a fan-out) share its body: inflated once
-        events: dict[str, tuple[dict[str, Any], bytes]] = {}
-        for i in range(n):  # the reply is bytes (raw): ids and tokens are ASCII
-            g = res[4 + 7 * i : 11 + 7 * i]
-            event_id = g[4].decode()
-            got = events.get(event_id)
-            if got is None:
-                got = eventrecord.unpack(g[6], event_id) if g[6] else ({}, b"")
-                events[event_id] = got
+        groups = [res[4 + 6 * i : 10 + 6 * i] for i in range(n)]
+        # an event's deliveries in one batch (a fan-out) share its body: read and inflated once
+        event_ids = list(dict.fromkeys(g[4].decode() for g in groups))
+        stored = await self._events(sk, event_ids) if event_ids else {}
+        events: dict[str, tuple[dict[str, Any], bytes] | None] = {}
+        items, missing = [], []
+        for g in groups:
+            delivery_id, token, event_id = g[0].decode(), g[1].decode(), g[4].decode()
+            if event_id not in events:
+                value = stored.get(event_id)
+                events[event_id] = eventrecord.unpack(value, event_id) if value else None
+            got = events[event_id]
+            endpoint_id = g[5].decode() or (got and eventrecord.endpoint_of(delivery_id, got[0]))
+            if got is None or not endpoint_id:
+                missing.append(
+                    Outcome(
+                        delivery_id,
+                        token,
+                        "dead",
+                        0,
+                        None,
+                        "event_missing",
+                        _missing_entry(int(g[2]), worker),
+                    )
+                )
+                continue
             header, body = got
             items.append(
                 Claimed(
-                    g[0].decode(),
-                    g[1].decode(),
+                    delivery_id,
+                    token,
                     int(g[2]),
-                    int(g[3]),
+                    int(g[3]) if g[3] else int(header["max_attempts"]),
                     event_id,
-                    g[5].decode(),
+                    endpoint_id,
                     body,
                     header.get("tp", ""),
                 )
             )
+        if missing:
+            await self.record(sk, missing)
         return ClaimResult(int(res[0]), num(res[1]), num(res[2]), items)
+
+    async def _events(self, sk: ShardKeys, event_ids: list[str]) -> dict[str, bytes]:
+        """Stored events by id, as bytes (compressed or not), in one ``MGET``: one shard's
+        keys share its hash tag, so one slot. An event that is gone is left out."""
+        values = await self.redis.execute_command(
+            "MGET", *(sk.event(e) for e in event_ids), **{NEVER_DECODE: True}
+        )
+        return {e: v for e, v in zip(event_ids, values, strict=True) if v is not None}
 
     async def record(self, sk: ShardKeys, outcomes: Sequence[Outcome]) -> list[int]:
         """Record outcomes, each fenced on its token (``record.lua``): 1 recorded, 0 fenced."""
@@ -146,7 +187,9 @@ class Transitions(StoreBase):
         for o in outcomes:
             code = "" if o.status_code is None else o.status_code
             args += [o.id, o.token, o.outcome, o.delay_ms, code, o.error, o.entry, o.inline]
+            args.append(o.endpoint_id)
         args += [sk.lane_prefix, sk.delivery_prefix, sk.dead_tally_prefix, sk.log_prefix]
+        args.append(sk.event_prefix)
         return [int(x) for x in await self.scripts.record(keys=keys, args=args)]
 
     async def extend(
@@ -199,7 +242,7 @@ class Transitions(StoreBase):
             sk.held_index,
             *(sk.delivery(i) for i, _ in claims),
         ]
-        args = [len(claims), *(t for _, t in claims), *(i for i, _ in claims)]
+        args = [len(claims), *(t for _, t in claims), *(i for i, _ in claims), endpoint_id]
         return int(await self.scripts.hold(keys=keys, args=args))
 
     async def resume(self, endpoint_id: str, *, confirm: bool = False) -> int:

@@ -8,6 +8,9 @@
 -- ARGV[3..2+n] claim tokens, one per item (same order as the hashes)
 -- ARGV[3+n..2+2n] delivery ids, one per item
 --
+-- A claim is ours while the hash's claim is its token and its status "delivering" (the
+-- claim field stays after the outcome is written: record.lua).
+--
 -- Returns one integer per item: 1 extended, 0 the claim is no longer ours.
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -15,7 +18,8 @@ local until_ms = string.format("%d", now + tonumber(ARGV[1]))
 local n = tonumber(ARGV[2])
 local res = {}
 for i = 1, n do
-  if redis.call("HGET", KEYS[1 + i], "claim") == ARGV[2 + i] then
+  local f = redis.call("HMGET", KEYS[1 + i], "claim", "status")
+  if f[1] == ARGV[2 + i] and f[2] == "delivering" then
     redis.call("ZADD", KEYS[1], "XX", until_ms, ARGV[2 + n + i])
     res[i] = 1
   else

@@ -12,6 +12,8 @@
 -- KEYS[4..3+n] delivery hashes, one per item          ShardKeys.delivery(id)
 -- ARGV[1] n, the number of items
 -- ARGV[2..1+n] claim tokens   ARGV[2+n..1+2n] delivery ids (same order as the hashes)
+-- ARGV[2+2n] the endpoint id (written into a hash that has none: a first claim's)
+-- A claim is ours while the hash's claim is its token and its status "delivering".
 -- Returns the number held.
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -20,10 +22,12 @@ local held = 0
 for i = 1, n do
   local dkey = KEYS[3 + i]
   local id = ARGV[1 + n + i]
-  if redis.call("HGET", dkey, "claim") == ARGV[1 + i] then
+  local f = redis.call("HMGET", dkey, "claim", "status")
+  if f[1] == ARGV[1 + i] and f[2] == "delivering" then
     redis.call("HINCRBY", dkey, "attempts", -1)
     redis.call("HDEL", dkey, "claim", "lease_until")
-    redis.call("HSET", dkey, "status", "held", "held", "endpoint_disabled", "updated_at", now)
+    redis.call("HSET", dkey, "status", "held", "held", "endpoint_disabled", "updated_at", now,
+      "endpoint_id", ARGV[2 + 2 * n])
     redis.call("ZREM", KEYS[1], id)
     redis.call("ZADD", KEYS[2], now, id)
     redis.call("ZADD", KEYS[3], now, id)

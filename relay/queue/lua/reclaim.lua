@@ -17,7 +17,9 @@
 -- ARGV[5] lane key prefix (ShardKeys.lane_prefix)
 -- ARGV[6] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
 -- ARGV[7] event key prefix (ShardKeys.event_prefix): the attempt budget of a delivery
---         whose hash has none is its event's (the header's max_attempts)
+--         whose hash has none is its event's (the header's max_attempts), and so is the
+--         endpoint of one whose hash has none (a first claim writes none: claim.lua); it
+--         is written into the hash here
 --
 -- Ordered lanes: a reclaimed head stays its lane's head (back in due, or, out of
 -- attempts, dead: then the lane moves on, or blocks, exactly as in record.lua).
@@ -34,6 +36,8 @@ local res = {0, 0}
 local lane_prefix = ARGV[5]
 local tally_index = KEYS[7]
 local tally_prefix = ARGV[6]
+local B32 = {}  -- base32 digit -> value (relay/domain/ids.py)
+for k = 1, 32 do B32[string.sub("0123456789ABCDEFGHJKMNPQRSTVWXYZ", k, k)] = k - 1 end
 
 -- Operational events: a dead letter is counted in its endpoint's tally in this shard
 -- (relay/connectors/opsevents.py cuts ripe tallies into delivery.dead summaries).
@@ -71,15 +75,22 @@ end
 for _, id in ipairs(ids) do
   if redis.call("ZREM", KEYS[2], id) == 1 then
     local dkey = dlv_prefix .. id
-    local f = redis.call("HMGET", dkey, "attempts", "max_attempts", "worker", "event_id")
-    if f[1] and not f[2] then
+    local f = redis.call("HMGET", dkey, "attempts", "max_attempts", "worker", "event_id",
+      "endpoint_id")
+    if f[1] and not (f[2] and f[5]) then
       local event_id = f[4] or ("evt_" .. string.sub(id, 5, 28) .. "00")  -- ids.py
       local event = redis.call("GET", evt_prefix .. event_id)
       if event then
         local nl = string.find(event, "\n", 1, true)
-        f[2] = cjson.decode(string.sub(event, 1, nl - 1)).max_attempts
+        local header = cjson.decode(string.sub(event, 1, nl - 1))
+        f[2] = f[2] or header.max_attempts
+        local hi, lo = B32[string.sub(id, 29, 29)], B32[string.sub(id, 30, 30)]
+        local e = hi and lo and header.d[hi * 32 + lo + 1]
+        if not f[5] and type(e) == "string" then
+          redis.call("HSET", dkey, "endpoint_id", e)
+        end
       else
-        f[2] = f[1]  -- its event is gone: nothing left to send
+        f[2] = f[2] or f[1]  -- its event is gone: nothing left to send
       end
     end
     if f[1] then

@@ -13,15 +13,17 @@
 -- slot: passed as KEYS, two per item, they cost more than the commands on them.
 --
 -- ARGV[1] wake channel (ShardKeys.wake)   ARGV[2] n, the number of items
--- ARGV[3..2+8n] per item, eight values: delivery id, claim token,
+-- ARGV[3..2+9n] per item, nine values: delivery id, claim token,
 --           outcome ("succeeded" | "retry" | "dead" | "defer"), retry delay ms,
 --           status code ("" for none), error ("" for none),
 --           attempt log entry: a JSON object without its "n" (and "fenced") field,
---           its short form ("" for none; relay/domain/attemptlog.py)
--- ARGV[3+8n] lane key prefix (ShardKeys.lane_prefix)
--- ARGV[4+8n] delivery key prefix (ShardKeys.delivery_prefix)
--- ARGV[5+8n] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
--- ARGV[6+8n] attempt log key prefix (ShardKeys.log_prefix)
+--           its short form ("" for none; relay/domain/attemptlog.py),
+--           its endpoint id ("": read from its event's header when the hash has none)
+-- ARGV[3+9n] lane key prefix (ShardKeys.lane_prefix)
+-- ARGV[4+9n] delivery key prefix (ShardKeys.delivery_prefix)
+-- ARGV[5+9n] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
+-- ARGV[6+9n] attempt log key prefix (ShardKeys.log_prefix)
+-- ARGV[7+9n] event key prefix (ShardKeys.event_prefix)
 --
 -- The attempt log: a delivery's first request, when it succeeded and has a short form,
 -- is kept in the delivery hash as "a1" rather than in a list of its own (a list of one
@@ -36,15 +38,23 @@
 -- "defer" means no request was made (the endpoint is disabled or must be paced): the
 -- delivery goes back to due after the delay, its attempt refunded, nothing logged.
 --
--- A retry of a write that did run (its reply was lost to a timeout) finds its own token
--- in "recorded" and changes nothing: 1, as the first time, no second log entry.
+-- The fence: the outcome is this claim's to write while the hash's "claim" is its token
+-- and its status is "delivering". The claim field stays once the outcome is written (a
+-- status other than "delivering" says it was), so the common case writes one HSET and
+-- deletes nothing; a later claim moves it to "recorded" (claim.lua). A retry of a write
+-- that did run (its reply was lost to a timeout) finds its own token in "claim" or
+-- "recorded" and changes nothing: 1, as the first time, no second log entry.
+--
+-- The first claim writes no endpoint id (claim.lua reads no event); the outcome writes it
+-- into the hash, as given, or read from the event's header for a caller that gave none.
 --
 -- Layout v3 keeps what can be read elsewhere out of the hash: a finished delivery's
 -- finished_at and next_attempt_at are the scores of its index (succeeded, dead, due), and
--- a first request that succeeded keeps no last_attempt_at, last_status_code, worker or
--- last_error (a1 says when, what and who). Commands per outcome: one HMGET, one HSET,
--- one HDEL (and the log's RPUSH but for a1); the ZREM from processing and the ZADDs to
--- due, succeeded and dead are one command each for the whole batch.
+-- a first request that succeeded keeps no last_attempt_at, last_status_code or
+-- last_error (a1 says when, what and who). Commands per outcome: one HMGET and one HSET
+-- (an HDEL only for a last_* field a later request has no value for, and the log's RPUSH
+-- but for a1); the ZREM from processing and the ZADDs to due, succeeded and dead are one
+-- command each for the whole batch.
 --
 -- Returns one integer per item: 1 recorded, 0 fenced (claim superseded).
 -- The time goes to Redis as a string made once (now_s): a Lua number passed to
@@ -55,13 +65,32 @@ local now = tonumber(now_s)
 local res = {}
 local wake = false
 local n = tonumber(ARGV[2])
-local lane_prefix = ARGV[3 + 8 * n]
-local dlv_prefix = ARGV[4 + 8 * n]
+local lane_prefix = ARGV[3 + 9 * n]
+local dlv_prefix = ARGV[4 + 9 * n]
 local queued = KEYS[5]
 local blocked = KEYS[6]
 local tally_index = KEYS[7]
-local tally_prefix = ARGV[5 + 8 * n]
-local log_prefix = ARGV[6 + 8 * n]
+local tally_prefix = ARGV[5 + 9 * n]
+local log_prefix = ARGV[6 + 9 * n]
+local evt_prefix = ARGV[7 + 9 * n]
+
+-- The endpoint id of a delivery whose hash has none: as given, or its event's header's
+-- (the entry at the index its id ends with: relay/domain/ids.py); nil when neither says.
+local B32 = nil  -- base32 digit -> value, made on first use
+local function endpoint_of(id, given)
+  if given ~= "" then return given end
+  if not B32 then
+    B32 = {}
+    for k = 1, 32 do B32[string.sub("0123456789ABCDEFGHJKMNPQRSTVWXYZ", k, k)] = k - 1 end
+  end
+  local event_id = "evt_" .. string.sub(id, 5, 28) .. "00"  -- derived (ids.py)
+  local event = redis.call("GET", evt_prefix .. event_id)
+  local hi, lo = B32[string.sub(id, 29, 29)], B32[string.sub(id, 30, 30)]
+  if not event or not hi or not lo then return nil end
+  local nl = string.find(event, "\n", 1, true)
+  local e = cjson.decode(string.sub(event, 1, nl - 1)).d[hi * 32 + lo + 1]
+  return type(e) == "string" and e or nil
+end
 
 -- Operational events: a dead letter is counted in its endpoint's tally in this shard
 -- (relay/connectors/opsevents.py cuts ripe tallies into delivery.dead summaries).
@@ -118,30 +147,28 @@ end
 local done, retry_at, ok_at, dead_at = {}, {}, {}, {}
 local earliest = nil
 for i = 1, n do
-  local b = 2 + (i - 1) * 8
+  local b = 2 + (i - 1) * 9
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local dkey = dlv_prefix .. id
   local code, err, entry = ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
-  -- what every outcome needs; the rest only where it is used (each field read is a
-  -- listpack scan and a Lua value: a fenced write's, a dead letter's, a lane's on_dead)
-  local f = redis.call("HMGET", dkey, "claim", "log_n", "lane")
-  local mine = f[1] == token
-  local other = mine and {} or redis.call("HMGET", dkey, "recorded", "endpoint_id")
-  if not mine and other[1] == token then
+  -- what every outcome needs; "recorded" only where it is used (each field read is a
+  -- listpack scan and a Lua value: a retried write's after a later claim)
+  local f = redis.call("HMGET", dkey, "claim", "status", "log_n", "lane", "endpoint_id")
+  local mine = f[1] == token and f[2] == "delivering"
+  if not mine and f[2] and (f[1] == token or redis.call("HGET", dkey, "recorded") == token) then
     res[i] = 1  -- this very outcome was written already: a retried write
   elseif outcome == "defer" then
     if mine then
       local at = now + tonumber(ARGV[b + 4])
       redis.call("HINCRBY", dkey, "attempts", -1)
-      redis.call("HDEL", dkey, "claim")
-      redis.call("HSET", dkey, "status", "pending", "updated_at", now_s, "recorded", token)
+      redis.call("HSET", dkey, "status", "pending", "updated_at", now_s)
       done[#done + 1] = id
       retry_at[#retry_at + 1] = at
       retry_at[#retry_at + 1] = id
     end
     res[i] = mine and 1 or 0
   elseif not mine then
-    if not other[2] then
+    if not f[2] then
       res[i] = 0  -- no such delivery (expired, or never was)
     else
       local num = redis.call("HINCRBY", dkey, "log_n", 1)
@@ -150,20 +177,20 @@ for i = 1, n do
       res[i] = 0
     end
   else
-    local num = (tonumber(f[2]) or 0) + 1
-    local drop = {"claim"}  -- (no lease_until: processing holds the lease)
+    local num = (tonumber(f[3]) or 0) + 1
+    local ep = f[5]
+    local set
     if num == 1 and outcome == "succeeded" and ARGV[b + 8] ~= "" then
       -- the common case: the first request succeeded; a1 is its whole log, and says its
       -- time, status code and worker (no request before it left a last_* field)
-      redis.call("HSET", dkey, "status", "succeeded", "updated_at", now_s, "recorded", token,
-        "a1", ARGV[b + 8], "log_n", "1")
-      drop[#drop + 1] = "worker"
+      set = {"status", "succeeded", "updated_at", now_s, "a1", ARGV[b + 8], "log_n", "1"}
     else
+      local drop = {}
       if code == "" then drop[#drop + 1] = "last_status_code" end
       local lkey = log_prefix .. id
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',' .. string.sub(entry, 2))
-      local set = {"status", outcome == "retry" and "pending" or outcome, "updated_at", now_s,
-        "last_attempt_at", now_s, "recorded", token, "log_n", num}
+      set = {"status", outcome == "retry" and "pending" or outcome, "updated_at", now_s,
+        "last_attempt_at", now_s, "log_n", num}
       if code ~= "" then
         set[#set + 1] = "last_status_code"
         set[#set + 1] = code
@@ -178,9 +205,16 @@ for i = 1, n do
         set[#set + 1] = "finished_at"
         set[#set + 1] = now_s
       end
-      redis.call("HSET", dkey, unpack(set))
+      if #drop > 0 then redis.call("HDEL", dkey, unpack(drop)) end
     end
-    redis.call("HDEL", dkey, unpack(drop))
+    if not ep then
+      ep = endpoint_of(id, ARGV[b + 9])
+      if ep then
+        set[#set + 1] = "endpoint_id"
+        set[#set + 1] = ep
+      end
+    end
+    redis.call("HSET", dkey, unpack(set))
     done[#done + 1] = id
     if outcome == "retry" then
       local at = now + tonumber(ARGV[b + 4])
@@ -190,12 +224,12 @@ for i = 1, n do
     elseif outcome == "succeeded" then
       ok_at[#ok_at + 1] = now_s
       ok_at[#ok_at + 1] = id
-      lane_done(dkey, id, f[3], outcome, "")
+      lane_done(dkey, id, f[4], outcome, "")
     else
       dead_at[#dead_at + 1] = now_s
       dead_at[#dead_at + 1] = id
-      dead_tally(redis.call("HGET", dkey, "endpoint_id"), id)
-      lane_done(dkey, id, f[3], outcome, err)
+      dead_tally(ep, id)
+      lane_done(dkey, id, f[4], outcome, err)
     end
     res[i] = 1
   end

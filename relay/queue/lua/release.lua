@@ -10,6 +10,7 @@
 -- ARGV[1] wake channel   ARGV[2] worker id   ARGV[3] n, the number of items
 -- ARGV[4..3+2n] per item, two values: claim token, delivery id
 --
+-- A claim is ours while the hash's claim is its token and its status "delivering".
 -- Returns one integer per item: 1 handed back, 0 the claim was no longer ours.
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -20,8 +21,9 @@ for i = 1, n do
   local dkey = KEYS[1 + 2 * i]
   local lkey = KEYS[2 + 2 * i]
   local token, id = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
-  if redis.call("HGET", dkey, "claim") == token then
-    local attempt = redis.call("HGET", dkey, "attempts")
+  local f = redis.call("HMGET", dkey, "claim", "status", "attempts")
+  if f[1] == token and f[2] == "delivering" then
+    local attempt = f[3]
     local num = redis.call("HINCRBY", dkey, "log_n", 1)
     redis.call("RPUSH", lkey, cjson.encode({n = num, attempt = tonumber(attempt), at = now,
       error = "shutdown", outcome = "handed_back", worker = ARGV[2],
