@@ -8,6 +8,7 @@ not (record.lua pushed every entry to the list).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -93,6 +94,27 @@ async def test_later_requests_go_to_the_list_after_it(st: Store) -> None:
     assert await st.redis.llen(sk.log(c.id)) == 1  # the replayed request: number 2
     rec = await st.get_delivery(c.id)
     assert rec is not None and [e["n"] for e in rec["attempt_log"]] == [1, 2]
+
+
+@pytest.mark.parametrize("detail", ["", "accepted", 'say "hi" / \\ é\ttab'])
+async def test_an_entry_sent_as_its_short_form_is_logged_whole(st: Store, detail: str) -> None:
+    """An outcome with a short form goes to Redis without its entry; a request that is
+    not its delivery's first in the log (a replay's, a fenced one's) gets the entry the
+    script makes from the short form: the worker's, field for field. Seen failing with
+    the script's entry_of leaving out the detail."""
+    c, _ = await _one_sent(st)
+    sk = st.keys.shard(0)
+    assert await st.replay([c.id]) == {c.id: "ok"}
+    again = (await claim(st)).items[0]
+    done = _ok(again, detail)
+    assert done.inline and again.attempts == 1
+    assert await st.record(sk, [done]) == [1]
+    late = dataclasses.replace(done, token="c:stale:1")
+    assert await st.record(sk, [late]) == [0]
+    rec = await st.get_delivery(c.id)
+    assert rec is not None
+    whole = orjson.loads(done.entry)
+    assert rec["attempt_log"][1:] == [{"n": 2, **whole}, {"n": 3, "fenced": True, **whole}]
 
 
 @pytest.mark.parametrize(("detail", "worker"), [("x" * 40, "w1"), ("", "pod name with spaces")])

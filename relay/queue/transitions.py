@@ -130,6 +130,9 @@ class Transitions(StoreBase):
         n = int(res[3])
         groups = [res[4 + 6 * i : 10 + 6 * i] for i in range(n)]
         # an event's deliveries in one batch (a fan-out) share its body: read and inflated once
+        for g in groups:  # a first claim's event: the one its id names (ids.derived)
+            if not g[4]:
+                g[4] = (ids.derived(g[0].decode()) or ("",))[0].encode()
         event_ids = list(dict.fromkeys(g[4].decode() for g in groups))
         stored = await self._events(sk, event_ids) if event_ids else {}
         events: dict[str, tuple[dict[str, Any], bytes] | None] = {}
@@ -186,7 +189,9 @@ class Transitions(StoreBase):
         args: list[Any] = [sk.wake, len(outcomes)]
         for o in outcomes:
             code = "" if o.status_code is None else o.status_code
-            args += [o.id, o.token, o.outcome, o.delay_ms, code, o.error, o.entry, o.inline]
+            # an entry with a short form is made from it in the script, where it is needed
+            entry = b"" if o.inline else o.entry
+            args += [o.id, o.token, o.outcome, o.delay_ms, code, o.error, entry, o.inline]
             args.append(o.endpoint_id)
         args += [sk.lane_prefix, sk.delivery_prefix, sk.dead_tally_prefix, sk.log_prefix]
         args.append(sk.event_prefix)

@@ -34,7 +34,8 @@
 --
 -- Returns {now, next_due or -1, next_lease_expiry or -1, n,
 --          then n groups of 6: id, token, attempts, max_attempts, event_id, endpoint_id}
--- where max_attempts and endpoint_id are "" when the hash has none (the header's hold).
+-- where max_attempts and endpoint_id are "" when the hash has none (the header's hold),
+-- and event_id "" for a delivery with no hash before (its id names its event).
 -- Times and counts go to Redis as strings made once per call: a Lua number passed to
 -- redis.call is formatted with "%.17g" each time, which cost more than the commands.
 local t = redis.call("TIME")
@@ -83,8 +84,7 @@ for i, id in ipairs(ids) do
         "worker", ARGV[5], "updated_at", now_s)
     end
   else
-    -- as published: the id is the event's 24 characters and its index (two base32)
-    event_id = "evt_" .. string.sub(id, 5, 28) .. "00"
+    -- as published: its id names its event (Store.claim reads it there: event_id "")
     redis.call("HSET", dkey, "status", "delivering", "attempts", "1", "claim", token,
       "worker", ARGV[5], "updated_at", now_s)
   end

@@ -17,6 +17,7 @@
 --           outcome ("succeeded" | "retry" | "dead" | "defer"), retry delay ms,
 --           status code ("" for none), error ("" for none),
 --           attempt log entry: a JSON object without its "n" (and "fenced") field,
+--           ("" when it has a short form: made from that where it is needed),
 --           its short form ("" for none; relay/domain/attemptlog.py),
 --           its endpoint id ("": read from its event's header when the hash has none)
 -- ARGV[3+9n] lane key prefix (ShardKeys.lane_prefix)
@@ -73,6 +74,21 @@ local tally_index = KEYS[7]
 local tally_prefix = ARGV[5 + 9 * n]
 local log_prefix = ARGV[6 + 9 * n]
 local evt_prefix = ARGV[7 + 9 * n]
+
+-- The attempt-log entry (JSON, without "n") a short form stands for, as
+-- attemptlog.expand reads it: an outcome with a short form is sent without its entry,
+-- which only a request that is not its delivery's first in the log needs.
+local function entry_of(a1)
+  local find, sub = string.find, string.sub
+  local p1 = find(a1, " ", 1, true)
+  local p2 = find(a1, " ", p1 + 1, true)
+  local p3 = find(a1, " ", p2 + 1, true)
+  local p4 = find(a1, " ", p3 + 1, true)
+  local detail = p4 and cjson.encode(sub(a1, p4 + 1)) or "null"
+  return '{"attempt":1,"at":' .. sub(a1, 1, p1 - 1) .. ',"duration_ms":' .. sub(a1, p1 + 1, p2 - 1)
+    .. ',"status_code":' .. sub(a1, p2 + 1, p3 - 1) .. ',"error":null,"detail":' .. detail
+    .. ',"outcome":"succeeded","worker":' .. cjson.encode(sub(a1, p3 + 1, (p4 or 0) - 1)) .. '}'
+end
 
 -- The endpoint id of a delivery whose hash has none: as given, or its event's header's
 -- (the entry at the index its id ends with: relay/domain/ids.py); nil when neither says.
@@ -151,6 +167,7 @@ for i = 1, n do
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local dkey = dlv_prefix .. id
   local code, err, entry = ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
+  if entry == "" and ARGV[b + 8] ~= "" then entry = nil end  -- entry_of(a1), if needed
   -- what every outcome needs; "recorded" only where it is used (each field read is a
   -- listpack scan and a Lua value: a retried write's after a later claim)
   local f = redis.call("HMGET", dkey, "claim", "status", "log_n", "lane", "endpoint_id")
@@ -173,23 +190,32 @@ for i = 1, n do
     else
       local num = redis.call("HINCRBY", dkey, "log_n", 1)
       local lkey = log_prefix .. id
+      entry = entry or entry_of(ARGV[b + 8])
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',"fenced":true,' .. string.sub(entry, 2))
       res[i] = 0
     end
   else
     local num = (tonumber(f[3]) or 0) + 1
-    local ep = f[5]
-    local set
+    local ep = f[5] or endpoint_of(id, ARGV[b + 9])
+    local new_ep = not f[5] and ep  -- the hash has none yet (a first claim writes none)
     if num == 1 and outcome == "succeeded" and ARGV[b + 8] ~= "" then
       -- the common case: the first request succeeded; a1 is its whole log, and says its
-      -- time, status code and worker (no request before it left a last_* field)
-      set = {"status", "succeeded", "updated_at", now_s, "a1", ARGV[b + 8], "log_n", "1"}
+      -- time, status code and worker (no request before it left a last_* field). One
+      -- HSET with its arguments given as they are: a table and unpack cost more here.
+      if new_ep then
+        redis.call("HSET", dkey, "status", "succeeded", "updated_at", now_s,
+          "a1", ARGV[b + 8], "log_n", "1", "endpoint_id", new_ep)
+      else
+        redis.call("HSET", dkey, "status", "succeeded", "updated_at", now_s,
+          "a1", ARGV[b + 8], "log_n", "1")
+      end
     else
       local drop = {}
       if code == "" then drop[#drop + 1] = "last_status_code" end
       local lkey = log_prefix .. id
+      entry = entry or entry_of(ARGV[b + 8])
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',' .. string.sub(entry, 2))
-      set = {"status", outcome == "retry" and "pending" or outcome, "updated_at", now_s,
+      local set = {"status", outcome == "retry" and "pending" or outcome, "updated_at", now_s,
         "last_attempt_at", now_s, "log_n", num}
       if code ~= "" then
         set[#set + 1] = "last_status_code"
@@ -205,16 +231,13 @@ for i = 1, n do
         set[#set + 1] = "finished_at"
         set[#set + 1] = now_s
       end
+      if new_ep then
+        set[#set + 1] = "endpoint_id"
+        set[#set + 1] = new_ep
+      end
+      redis.call("HSET", dkey, unpack(set))
       if #drop > 0 then redis.call("HDEL", dkey, unpack(drop)) end
     end
-    if not ep then
-      ep = endpoint_of(id, ARGV[b + 9])
-      if ep then
-        set[#set + 1] = "endpoint_id"
-        set[#set + 1] = ep
-      end
-    end
-    redis.call("HSET", dkey, unpack(set))
     done[#done + 1] = id
     if outcome == "retry" then
       local at = now + tonumber(ARGV[b + 4])
