@@ -125,10 +125,14 @@ def endpoint_of(delivery_id: str, header: dict[str, Any]) -> str | None:
     """The endpoint id the header lists for a delivery whose id derives from its event's
     (the entry of ``d`` at the index the id ends with); None for any other."""
     derived = ids.derived(delivery_id)
+    return None if derived is None else endpoint_at(header, derived[1])
+
+
+def endpoint_at(header: dict[str, Any], index: int) -> str | None:
+    """The endpoint id at ``index`` of the header's ``d``, if that entry is one (not a
+    ``[delivery id, endpoint id]`` pair); None for any other index."""
     entries = header.get("d", ())
-    if derived is None or derived[1] >= len(entries):
-        return None
-    entry = entries[derived[1]]
+    entry = entries[index] if 0 <= index < len(entries) else None
     return entry if isinstance(entry, str) else None
 
 

@@ -127,47 +127,44 @@ class Transitions(StoreBase):
             args=[sk.delivery_prefix, limit, lease_ms, token_prefix + ":", worker],
             raw=True,  # ids and tokens are ASCII: left as bytes, decoded once here
         )
-        n = int(res[3])
-        groups = [res[4 + 6 * i : 10 + 6 * i] for i in range(n)]
+        rows = []
+        for i in range(4, 4 + 6 * int(res[3]), 6):
+            delivery_id = res[i].decode()
+            derived = ids.derived(delivery_id)  # a first claim's event and index: its id's
+            event_id = res[i + 4].decode() or (derived[0] if derived else "")
+            rows.append(
+                (
+                    delivery_id,
+                    res[i + 1].decode(),
+                    res[i + 2],
+                    res[i + 3],
+                    event_id,
+                    res[i + 5].decode(),
+                    derived[1] if derived else -1,
+                )
+            )
         # an event's deliveries in one batch (a fan-out) share its body: read and inflated once
-        for g in groups:  # a first claim's event: the one its id names (ids.derived)
-            if not g[4]:
-                g[4] = (ids.derived(g[0].decode()) or ("",))[0].encode()
-        event_ids = list(dict.fromkeys(g[4].decode() for g in groups))
+        event_ids = list(dict.fromkeys(r[4] for r in rows))
         stored = await self._events(sk, event_ids) if event_ids else {}
         events: dict[str, tuple[dict[str, Any], bytes] | None] = {}
         items, missing = [], []
-        for g in groups:
-            delivery_id, token, event_id = g[0].decode(), g[1].decode(), g[4].decode()
+        for delivery_id, token, attempts, max_attempts, event_id, endpoint_id, index in rows:
             if event_id not in events:
                 value = stored.get(event_id)
                 events[event_id] = eventrecord.unpack(value, event_id) if value else None
             got = events[event_id]
-            endpoint_id = g[5].decode() or (got and eventrecord.endpoint_of(delivery_id, got[0]))
+            if got is not None and not endpoint_id:
+                endpoint_id = eventrecord.endpoint_at(got[0], index) or ""
             if got is None or not endpoint_id:
-                missing.append(
-                    Outcome(
-                        delivery_id,
-                        token,
-                        "dead",
-                        0,
-                        None,
-                        "event_missing",
-                        _missing_entry(int(g[2]), worker),
-                    )
-                )
+                entry = _missing_entry(int(attempts), worker)
+                missing.append(Outcome(delivery_id, token, "dead", 0, None, "event_missing", entry))
                 continue
             header, body = got
+            budget = int(max_attempts) if max_attempts else int(header["max_attempts"])
+            trace = header.get("tp", "")
             items.append(
                 Claimed(
-                    delivery_id,
-                    token,
-                    int(g[2]),
-                    int(g[3]) if g[3] else int(header["max_attempts"]),
-                    event_id,
-                    endpoint_id,
-                    body,
-                    header.get("tp", ""),
+                    delivery_id, token, int(attempts), budget, event_id, endpoint_id, body, trace
                 )
             )
         if missing:
