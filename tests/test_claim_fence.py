@@ -151,33 +151,15 @@ async def test_hashes_the_scripts_before_wrote_are_read_as_they_are(st: Store) -
     _, (flying, retried), _ = await publish(st, [ep["id"], ep["id"]])
     sk = st.keys.shard(0)
     now = str(int(time.time() * 1000))
+    written = {"endpoint_id": ep["id"], "attempts": "1", "updated_at": now}
     # in flight under an old claim
     await st.redis.zrem(sk.due, flying)
     await st.redis.zadd(sk.processing, {flying: int(now) + 60_000})
-    await st.redis.hset(
-        sk.delivery(flying),
-        mapping={
-            "endpoint_id": ep["id"],
-            "status": "delivering",
-            "attempts": "1",
-            "claim": "old:1:1",
-            "worker": "w0",
-            "updated_at": now,
-        },
-    )
+    old_claim = {"status": "delivering", "claim": "old:1:1", "worker": "w0"}
+    await st.redis.hset(sk.delivery(flying), mapping={**written, **old_claim})
     # its first request failed: pending, due now, its token recorded
-    await st.redis.hset(
-        sk.delivery(retried),
-        mapping={
-            "endpoint_id": ep["id"],
-            "status": "pending",
-            "attempts": "1",
-            "updated_at": now,
-            "recorded": "old:1:2",
-            "log_n": "1",
-            "last_status_code": "500",
-        },
-    )
+    failed = {"status": "pending", "recorded": "old:1:2", "log_n": "1", "last_status_code": "500"}
+    await st.redis.hset(sk.delivery(retried), mapping={**written, **failed})
     assert await st.extend(sk, [(flying, "old:1:1")], 60_000) == [1]
     c = (await claim(st)).items[0]
     assert (c.id, c.attempts, c.endpoint_id) == (retried, 2, ep["id"])
