@@ -26,8 +26,10 @@ from typing import Any
 
 import pytest
 
+from relay.queue.reads import HEADER_READ
 from relay.queue.store import Outcome, Store
 from tests import test_store
+from tests.test_claim_cost import _stored
 from tests.test_store import add_endpoint, claim, h, log, outcome, publish, zmembers
 
 pytestmark = pytest.mark.realredis
@@ -104,6 +106,19 @@ async def test_the_endpoint_is_the_headers_until_the_outcome_writes_it(st: Store
     assert (await h(st, d))["endpoint_id"] == ep["id"]
     shown = await st.get_delivery(d)
     assert shown is not None and "claim" not in shown
+
+
+async def test_in_flight_counts_read_a_header_past_the_first_read(st: Store) -> None:
+    """A fan-out's header longer than HEADER_READ: the dashboard's in-flight count still
+    finds each first attempt's endpoint (seen failing with a reader of the first
+    HEADER_READ bytes only: every count 0)."""
+    eps = [f"ep_{i:026d}" for i in range(160)]
+    event_id = await _stored(st, eps)
+    head = await st.redis.getrange(st.keys.shard(0).event(event_id), 0, HEADER_READ - 1)
+    assert "\n" not in head  # the header goes on past the first read
+    assert len((await claim(st, limit=200)).items) == len(eps)
+    health = await st.endpoint_health(eps, sample=1, processing_cap=1000)
+    assert [h["in_flight"] for h in health] == [1] * len(eps)
 
 
 async def test_the_outcome_writes_the_endpoint_it_is_given(st: Store) -> None:

@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from relay.domain import eventrecord, ids
-from relay.queue.base import StoreBase
-from relay.queue.reads import HEADER_READ
+from relay.queue.reads import Reads
 
 
-class Dashboard(StoreBase):
+class Dashboard(Reads):
     async def minute_series(self, now_ms: int, minutes: int) -> dict[str, list[int]]:
         """Per-minute counts from the finish-time sets: ``3 * minutes`` ZCOUNTs a shard.
 
@@ -66,16 +65,13 @@ class Dashboard(StoreBase):
                     owners = await pipe.execute()
                 # a first claim writes no endpoint id: its event's header names it
                 unset = [i for i, owner in enumerate(owners) if owner is None]
-                if unset:
-                    async with self.redis.pipeline(transaction=False) as pipe:
-                        for i in unset:
-                            event_id = (ids.derived(claimed[i]) or ("", 0))[0]
-                            pipe.getrange(sk.event(event_id), 0, HEADER_READ - 1)
-                        heads = await pipe.execute()
-                    for i, head in zip(unset, heads, strict=True):
-                        if head and "\n" in head:
-                            header = eventrecord.header_of(head)
-                            owners[i] = eventrecord.endpoint_of(claimed[i], header)
+                named = {i: ids.derived(claimed[i]) for i in unset}
+                events = list(dict.fromkeys(n[0] for n in named.values() if n is not None))
+                headers = await self._headers(sk, events)
+                for i, n in named.items():
+                    header = headers.get(n[0]) if n is not None else None
+                    if n is not None and header is not None:
+                        owners[i] = eventrecord.endpoint_at(header, n[1])
                 for owner in owners:
                     if owner in in_flight:
                         in_flight[owner] += 1

@@ -67,10 +67,10 @@ __all__ = [
 
 class Store(
     Transitions,
+    Dashboard,  # before Reads, whose subclass it is (it reads headers as Reads does)
     Reads,
     EndpointRecords,
     EventTypeRecords,
-    Dashboard,
     ServerFacts,
     ReplayJobs,
     AuthRecords,
