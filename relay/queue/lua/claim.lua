@@ -76,13 +76,13 @@ for i, id in ipairs(ids) do
     endpoint_id = f[2] or ""
     max = f[3] or ""
     attempts = (tonumber(f[4]) or 0) + 1
+    local set = {"status", "delivering", "attempts", attempts, "claim", token,
+      "worker", ARGV[5], "updated_at", now_s}
     if f[5] and f[6] ~= "delivering" then  -- the last claim's outcome was written
-      redis.call("HSET", dkey, "status", "delivering", "attempts", attempts, "claim", token,
-        "worker", ARGV[5], "updated_at", now_s, "recorded", f[5])
-    else
-      redis.call("HSET", dkey, "status", "delivering", "attempts", attempts, "claim", token,
-        "worker", ARGV[5], "updated_at", now_s)
+      set[#set + 1] = "recorded"
+      set[#set + 1] = f[5]
     end
+    redis.call("HSET", dkey, unpack(set))
   else
     -- as published: its id names its event (Store.claim reads it there: event_id "")
     redis.call("HSET", dkey, "status", "delivering", "attempts", "1", "claim", token,
