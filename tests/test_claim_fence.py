@@ -7,13 +7,18 @@ that must not change, each on fakeredis and on a real Redis:
 
 - a claim is a lease only while its delivery is "delivering": once its outcome is
   written, its token extends, holds and hands back nothing (seen failing with the status
-  check taken out of extend.lua);
+  check taken out of extend.lua, of hold.lua, of release.lua, and out of record.lua's
+  own fence: a retried write then wrote again);
 - a retried write of an outcome (its reply lost) changes nothing, also after a later
   claim has taken the delivery (seen failing with claim.lua no longer moving the token
-  to "recorded": the retry was logged as a fenced request);
-- the endpoint is shown while in flight (the header's), and is in the hash once the
-  outcome, a reclaim or a hold is written;
-- a claimed delivery whose event is gone is a dead letter (event_missing), not a send;
+  to "recorded", and with record.lua no longer reading it: the retry was logged as a
+  fenced request);
+- the endpoint is shown while in flight (the header's, also past HEADER_READ), and is in
+  the hash once the outcome, a reclaim or a hold is written (seen failing with each
+  write taken out, record.lua ignoring the endpoint it is given, and the dashboard's
+  header fallback removed or reading only the first HEADER_READ bytes);
+- a claimed delivery whose event is gone is a dead letter (event_missing), not a send
+  (seen failing with Store.claim not recording it);
 - hashes as the scripts before wrote them (the claim deleted at the outcome, "recorded"
   holding its token) are read and written on as they are.
 """
