@@ -113,3 +113,33 @@ def test_deliveries_of_another_layout_are_listed_with_their_ids() -> None:
     assert header["d"] == ["ep_a", [old, "ep_b"]]
     assert eventrecord.deliveries(event_id, header) == pairs
     assert eventrecord.listed(event_id, header)[1] == {"id": old, "endpoint_id": "ep_b"}
+
+
+def _created_by_hand(ident: str) -> int | None:
+    """created_ms as it was first written: character by character, Crockford's digits."""
+    _, sep, body = ident.partition("_")
+    if not sep or len(body) != 26:
+        return None
+    value = 0
+    for ch in body[:10]:
+        if ch not in "0123456789ABCDEFGHJKMNPQRSTVWXYZ":
+            return None
+        value = value * 32 + "0123456789ABCDEFGHJKMNPQRSTVWXYZ".index(ch)
+    return value
+
+
+@pytest.mark.parametrize(
+    "head",
+    ["0000000000", "ZZZZZZZZZZ", "01JDX3Z8QK", "01jdx3z8qk", "0123abcdef", "01JDX3Z8QI",
+     "01JDX3Z8QL", "01JDX3Z8QO", "01JDX3Z8QU", "+1JDX3Z8QK", "-1JDX3Z8QK", " 1JDX3Z8QK",
+     "01JDX3Z8Q ", "0_JDX3Z8QK", "01JDX3Z8Q\u0663", "01JDX3Z8Q\u00c9", "0x1DX3Z8QK"],
+)  # fmt: skip
+def test_the_time_an_id_carries_is_read_as_crockford_reads_it(head: str) -> None:
+    """ids.created_ms reads the ten time characters with int(_, 32) after a translation:
+    it takes exactly what Crockford's alphabet does, and refuses the rest as it did (a
+    sign, a space, an underscore, lower case, I L O U, a non-ASCII digit)."""
+    ident = "evt_" + head + "00A7PC1W4HMX2R00"
+    assert ids.created_ms(ident) == _created_by_hand(ident)
+    for _ in range(200):
+        rnd = "evt_" + "".join(os.urandom(1).hex()[0].upper() for _ in range(10)) + "0" * 16
+        assert ids.created_ms(rnd) == _created_by_hand(rnd)

@@ -8,6 +8,7 @@ The pure parts are functions: :func:`decide` (the retry policy applied to one an
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -80,13 +81,35 @@ def outcome(
     at_ms: int,
     duration: float = 0.0,
 ) -> Outcome:
-    """What ``Store.record`` writes for this attempt, with its attempt-log entry (and
-    its short form, when it is a first request that succeeded: relay.domain.attemptlog)."""
+    """What ``Store.record`` writes for this attempt: a first request that succeeded, its
+    short form (relay.domain.attemptlog), from which the script makes the log entry only
+    where one is needed; any other, its attempt-log entry (:func:`log_entry`)."""
     duration_ms = round(duration * 1000, 2)
     detail = detail[: sender.BODY_CAP]
-    entry = orjson.dumps(
+    if result == "succeeded" and not error:
+        short = attemptlog.inline(c.attempts, at_ms, duration_ms, status, worker, detail)
+        if short:
+            return Outcome(
+                c.id, c.token, result, delay_ms, status, error, b"", short, c.endpoint_id
+            )
+    entry = log_entry(c.attempts, at_ms, duration_ms, status, error, detail, result, worker)
+    return Outcome(c.id, c.token, result, delay_ms, status, error, entry, "", c.endpoint_id)
+
+
+def log_entry(
+    attempt: int,
+    at_ms: int,
+    duration_ms: float,
+    status: int | None,
+    error: str,
+    detail: str,
+    result: str,
+    worker: str,
+) -> bytes:
+    """One attempt-log entry, a JSON object (its ``n`` is the script's)."""
+    return orjson.dumps(
         {
-            "attempt": c.attempts,
+            "attempt": attempt,
             "at": at_ms,
             "duration_ms": duration_ms,
             "status_code": status,
@@ -96,10 +119,6 @@ def outcome(
             "worker": worker,
         }
     )
-    short = ""
-    if result == "succeeded" and not error:
-        short = attemptlog.inline(c.attempts, at_ms, duration_ms, status, worker, detail)
-    return Outcome(c.id, c.token, result, delay_ms, status, error, entry, short, c.endpoint_id)
 
 
 def ids_of(c: Claimed) -> dict[str, Any]:
@@ -130,6 +149,9 @@ class Attempter:
         # bound once (relay.logs has configured structlog by now): the module's lazy
         # proxy would look the logger up again on every delivery.attempt line
         self.log = log.bind()
+        # the delivery.attempt line's fields are not even built when INFO is filtered out
+        # (RELAY_LOG_LEVEL warning or error): a dict of ten and two roundings per send
+        self.log_attempts = self.log.is_enabled_for(logging.INFO)
 
     def attempt(
         self, c: Claimed, endpoint: dict[str, Any] | None
@@ -199,18 +221,19 @@ class Attempter:
         self.stats.outcomes[decision.outcome] = self.stats.outcomes.get(decision.outcome, 0) + 1
         metrics.observe_attempt(decision.outcome, resp.status, resp.duration)
         error = resp.error or ("" if resp.status and 200 <= resp.status < 300 else "http_status")
-        self.log.info(
-            "delivery.attempt",
-            delivery_id=c.id,
-            event_id=c.event_id,
-            endpoint_id=c.endpoint_id,
-            attempt=c.attempts,
-            status=resp.status,
-            outcome=decision.outcome,
-            error=resp.error or None,
-            duration_ms=round(resp.duration * 1000, 2),
-            next_in_s=round(decision.delay, 3) if decision.outcome == "retry" else None,
-        )
+        if self.log_attempts:
+            self.log.info(
+                "delivery.attempt",
+                delivery_id=c.id,
+                event_id=c.event_id,
+                endpoint_id=c.endpoint_id,
+                attempt=c.attempts,
+                status=resp.status,
+                outcome=decision.outcome,
+                error=resp.error or None,
+                duration_ms=round(resp.duration * 1000, 2),
+                next_in_s=round(decision.delay, 3) if decision.outcome == "retry" else None,
+            )
         ewma = self.avg_ms.get(c.endpoint_id, resp.duration * 1000)
         self.avg_ms[c.endpoint_id] = 0.8 * ewma + 0.2 * resp.duration * 1000
         done = outcome(

@@ -25,6 +25,11 @@ import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _INDEX = {c: i for i, c in enumerate(_ALPHABET)}
+# Crockford's digits as int()'s base-32 digits; any other letter as one int() refuses
+_AS_INT = str.maketrans(
+    {c: "0123456789abcdefghijklmnopqrstuv"[i] for i, c in enumerate(_ALPHABET)}
+    | {c: "z" for c in "abcdefghijklmnopqrstuvwxyzILOU"}
+)
 MAX_SHARDS = 32 * 32
 MAX_DELIVERIES = 32 * 32  # per event: the two characters that number them
 
@@ -81,13 +86,15 @@ def created_ms(ident: str) -> int | None:
     _, sep, body = ident.partition("_")
     if not sep or len(body) != 26:
         return None
-    value = 0
-    for ch in body[:10]:
-        digit = _INDEX.get(ch)
-        if digit is None:
-            return None
-        value = value * 32 + digit
-    return value
+    head = body[:10]
+    # int(_, 32) in C, once each character is made its digit; what int() would take but
+    # Crockford does not (a sign, a space, "_", lower case, I L O U) is refused first
+    if not (head.isascii() and head.isalnum()):
+        return None
+    try:
+        return int(head.translate(_AS_INT), 32)
+    except ValueError:
+        return None
 
 
 def shard_of(ident: str) -> int | None:

@@ -35,12 +35,21 @@ def _pack_command(self: AbstractConnection, *args: Any) -> list[bytes]:
     Python, one growing buffer per argument, which was ~10% of a worker's CPU (py-spy).
     The arguments are what redis-py's encoder makes of them: bytes and ints as they are,
     a str encoded as the client is configured, anything else through the encoder itself
-    (a float as its repr, a bool or None refused)."""
+    (a float as its repr, a bool or None refused).
+
+    Most commands hold only bytes, ints and str that UTF-8 encodes: hiredis takes their
+    tuple as it is. It refuses the rest with TypeError (a bool, None, a memoryview) or
+    UnicodeEncodeError (a lone surrogate), and those go through the encoder one by one."""
     if isinstance(args[0], str):
         args = tuple(args[0].encode().split()) + args[1:]
     elif b" " in args[0]:
         args = tuple(args[0].split()) + args[1:]
     encoder = self.encoder
+    if encoder.encoding == "utf-8":
+        try:
+            return [hiredis.pack_command(args)]
+        except (TypeError, UnicodeEncodeError):
+            pass
     out: list[Any] = []
     for arg in args:
         kind = type(arg)

@@ -66,7 +66,7 @@ class Outcome:
     delay_ms: int
     status_code: int | None
     error: str
-    entry: bytes  # attempt log entry, JSON object without "n"
+    entry: bytes  # attempt log entry, JSON object without "n"; b"" when inline says it
     inline: str = ""  # its short form for the hash (relay.domain.attemptlog), or ""
     endpoint_id: str = ""  # written into a hash that has none (a first claim's); "": the header's
 
