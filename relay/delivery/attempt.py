@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import orjson
 import structlog
 
 from relay import tracing
@@ -83,7 +82,7 @@ def outcome(
 ) -> Outcome:
     """What ``Store.record`` writes for this attempt: a first request that succeeded, its
     short form (relay.domain.attemptlog), from which the script makes the log entry only
-    where one is needed; any other, its attempt-log entry (:func:`log_entry`)."""
+    where one is needed; any other, its attempt-log entry (``attemptlog.entry``)."""
     duration_ms = round(duration * 1000, 2)
     detail = detail[: sender.BODY_CAP]
     if result == "succeeded" and not error:
@@ -92,33 +91,8 @@ def outcome(
             return Outcome(
                 c.id, c.token, result, delay_ms, status, error, b"", short, c.endpoint_id
             )
-    entry = log_entry(c.attempts, at_ms, duration_ms, status, error, detail, result, worker)
+    entry = attemptlog.entry(c.attempts, at_ms, duration_ms, status, error, detail, result, worker)
     return Outcome(c.id, c.token, result, delay_ms, status, error, entry, "", c.endpoint_id)
-
-
-def log_entry(
-    attempt: int,
-    at_ms: int,
-    duration_ms: float,
-    status: int | None,
-    error: str,
-    detail: str,
-    result: str,
-    worker: str,
-) -> bytes:
-    """One attempt-log entry, a JSON object (its ``n`` is the script's)."""
-    return orjson.dumps(
-        {
-            "attempt": attempt,
-            "at": at_ms,
-            "duration_ms": duration_ms,
-            "status_code": status,
-            "error": error or None,
-            "detail": detail or None,
-            "outcome": result,
-            "worker": worker,
-        }
-    )
 
 
 def ids_of(c: Claimed) -> dict[str, Any]:

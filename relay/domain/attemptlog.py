@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 INLINE_MAX = 64  # bytes; past Redis's hash-max-listpack-value the hash is a hashtable
 
 
@@ -27,17 +29,46 @@ def inline(
     return text if len(text.encode()) <= INLINE_MAX else ""
 
 
+def fields(
+    attempt: int,
+    at_ms: int,
+    duration_ms: float,
+    status: int | None,
+    error: str,
+    detail: str,
+    outcome: str,
+    worker: str,
+) -> dict[str, Any]:
+    """One attempt-log entry, every field its writers put in it (its ``n`` is the log's:
+    record.lua numbers entries as it appends them)."""
+    return {
+        "attempt": attempt,
+        "at": at_ms,
+        "duration_ms": duration_ms,
+        "status_code": status,
+        "error": error or None,
+        "detail": detail or None,
+        "outcome": outcome,
+        "worker": worker,
+    }
+
+
+def entry(
+    attempt: int,
+    at_ms: int,
+    duration_ms: float,
+    status: int | None,
+    error: str,
+    detail: str,
+    outcome: str,
+    worker: str,
+) -> bytes:
+    """:func:`fields` as the JSON that ``Store.record`` appends to the log."""
+    return orjson.dumps(fields(attempt, at_ms, duration_ms, status, error, detail, outcome, worker))
+
+
 def expand(value: str) -> dict[str, Any]:
     """The attempt-log entry an ``a1`` field stands for (number 1)."""
     at, duration, status, worker, *detail = value.split(" ", 4)
-    return {
-        "n": 1,
-        "attempt": 1,
-        "at": int(at),
-        "duration_ms": float(duration),
-        "status_code": int(status),
-        "error": None,
-        "detail": detail[0] if detail else None,
-        "outcome": "succeeded",
-        "worker": worker,
-    }
+    made = fields(1, int(at), float(duration), int(status), "", "", "succeeded", worker)
+    return {"n": 1, **made, "detail": detail[0] if detail else None}

@@ -12,27 +12,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 from redis.client import NEVER_DECODE
 
-from relay.domain import eventrecord, ids
+from relay.domain import attemptlog, eventrecord, ids
 from relay.queue.base import StoreBase
 from relay.queue.keys import ShardKeys
 from relay.queue.records import Claimed, ClaimResult, Outcome, Swept, num
-
-
-def _missing_entry(attempt: int, worker: str) -> bytes:
-    """The attempt log entry of a claimed delivery whose event is gone (no request made)."""
-    return orjson.dumps(
-        {
-            "attempt": attempt,
-            "at": int(time.time() * 1000),
-            "error": "event_missing",
-            "detail": "its event is no longer stored: nothing to send",
-            "outcome": "dead",
-            "worker": worker,
-        }
-    )
 
 
 class Transitions(StoreBase):
@@ -156,7 +141,11 @@ class Transitions(StoreBase):
             if got is not None and not endpoint_id:
                 endpoint_id = eventrecord.endpoint_at(got[0], index) or ""
             if got is None or not endpoint_id:
-                entry = _missing_entry(int(attempts), worker)
+                at = int(time.time() * 1000)
+                gone = "its event is no longer stored: nothing to send"
+                entry = attemptlog.entry(
+                    int(attempts), at, 0.0, None, "event_missing", gone, "dead", worker
+                )
                 missing.append(Outcome(delivery_id, token, "dead", 0, None, "event_missing", entry))
                 continue
             header, body = got
