@@ -35,7 +35,7 @@
 -- Returns {now, next_due or -1, next_lease_expiry or -1, n,
 --          then n groups of 6: id, token, attempts, max_attempts, event_id, endpoint_id}
 -- where max_attempts and endpoint_id are "" when the hash has none (the header's hold),
--- and event_id "" for a delivery with no hash before (its id names its event).
+-- and event_id "" when the hash has none either (the delivery id names its event).
 -- Times and counts go to Redis as strings made once per call: a Lua number passed to
 -- redis.call is formatted with "%.17g" each time, which cost more than the commands.
 local t = redis.call("TIME")
@@ -72,7 +72,7 @@ for i, id in ipairs(ids) do
   if redis.call("EXISTS", dkey) == 1 then
     local f = redis.call("HMGET", dkey, "event_id", "endpoint_id", "max_attempts", "attempts",
       "claim", "status")
-    event_id = f[1] or ("evt_" .. string.sub(id, 5, 28) .. "00")
+    event_id = f[1] or ""  -- "": its id names its event, as a first claim's does
     endpoint_id = f[2] or ""
     max = f[3] or ""
     attempts = (tonumber(f[4]) or 0) + 1
