@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 import structlog
 
 from relay import tracing
@@ -82,7 +83,7 @@ def outcome(
 ) -> Outcome:
     """What ``Store.record`` writes for this attempt: a first request that succeeded, its
     short form (relay.domain.attemptlog), from which the script makes the log entry only
-    where one is needed; any other, its attempt-log entry (``attemptlog.entry``)."""
+    where one is needed; any other, its attempt-log entry (``attemptlog.fields``)."""
     duration_ms = round(duration * 1000, 2)
     detail = detail[: sender.BODY_CAP]
     if result == "succeeded" and not error:
@@ -91,7 +92,9 @@ def outcome(
             return Outcome(
                 c.id, c.token, result, delay_ms, status, error, b"", short, c.endpoint_id
             )
-    entry = attemptlog.entry(c.attempts, at_ms, duration_ms, status, error, detail, result, worker)
+    entry = orjson.dumps(
+        attemptlog.fields(c.attempts, at_ms, duration_ms, status, error, detail, result, worker)
+    )
     return Outcome(c.id, c.token, result, delay_ms, status, error, entry, "", c.endpoint_id)
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 INLINE_MAX = 64  # bytes; past Redis's hash-max-listpack-value the hash is a hashtable
 
 
@@ -51,20 +49,6 @@ def fields(
         "outcome": outcome,
         "worker": worker,
     }
-
-
-def entry(
-    attempt: int,
-    at_ms: int,
-    duration_ms: float,
-    status: int | None,
-    error: str,
-    detail: str,
-    outcome: str,
-    worker: str,
-) -> bytes:
-    """:func:`fields` as the JSON that ``Store.record`` appends to the log."""
-    return orjson.dumps(fields(attempt, at_ms, duration_ms, status, error, detail, outcome, worker))
 
 
 def expand(value: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 from redis.client import NEVER_DECODE
 
 from relay.domain import attemptlog, eventrecord, ids
@@ -143,8 +144,10 @@ class Transitions(StoreBase):
             if got is None or not endpoint_id:
                 at = int(time.time() * 1000)
                 gone = "its event is no longer stored: nothing to send"
-                entry = attemptlog.entry(
-                    int(attempts), at, 0.0, None, "event_missing", gone, "dead", worker
+                entry = orjson.dumps(
+                    attemptlog.fields(
+                        int(attempts), at, 0.0, None, "event_missing", gone, "dead", worker
+                    )
                 )
                 missing.append(Outcome(delivery_id, token, "dead", 0, None, "event_missing", entry))
                 continue
