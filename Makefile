@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/tracing.py
 	$(BIN)/python bench/apiauth.py
 	$(BIN)/python bench/ops_flood.py
+	$(BIN)/python bench/pool.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache

@@ -20,6 +20,7 @@ from redis.exceptions import MasterDownError
 
 from relay.domain import ids
 from relay.queue.keys import Keys, ShardKeys
+from relay.queue.pool import BlockingPool
 from relay.queue.scripts import Scripts
 from relay.settings import Settings
 
@@ -94,7 +95,7 @@ class _SentinelSSLConnection(_SentinelConnection, SSLConnection):
     pass
 
 
-class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingPool):
     """Sentinel's pool (each new connection asks Sentinel where the primary is, and
     connections to a primary Sentinel no longer names are dropped), blocking as below."""
 
@@ -170,7 +171,9 @@ def connect(settings: Settings) -> Any:
     # socket_timeout: a Redis that stops answering (stalled, partitioned) is an error
     # after 5 s (redis TimeoutError: 503 in the API, retried by a worker's writes) rather
     # than a hang; pub/sub listening blocks without it. The URL's ?socket_timeout= wins.
-    pool = aioredis.BlockingConnectionPool.from_url(
+    # (relay.queue.pool: redis-py's blocking pool, without its condition and timeout
+    # when a connection is free and nothing waits.)
+    pool = BlockingPool.from_url(
         settings.redis_url,
         decode_responses=True,
         encoding_errors=ENCODING_ERRORS,
