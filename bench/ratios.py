@@ -12,7 +12,9 @@ def rate(r: dict[str, Any] | None, key: str = "per_s") -> float | None:
 def limit_runs(res: dict[str, Any]) -> list[float]:
     """Every limit measurement of the run: the standalone ones and those paired with steps."""
     runs = [rate(res.get(k)) for k in ("limit", "limit_end")]
-    runs += [v.get("limit_per_s") for v in res.values() if isinstance(v, dict)]
+    for v in res.values():
+        if isinstance(v, dict):  # a repeated step's runs each had their own
+            runs += [x.get("limit_per_s") for x in v.get("repeats") or [v]]
     return [x for x in runs if x]
 
 

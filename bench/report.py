@@ -71,6 +71,13 @@ def _throughput(res: dict[str, Any]) -> list[str]:
         if r and r.get(field):
             n = norm(res, key, field)
             rows.append([label, fmt(r[field]), fmt(r.get("limit_per_s")), fx(n), *_cpu(res, key)])
+        repeats = (r or {}).get("repeats") or []
+        if len(repeats) > 1:  # the row above is the median's (bench/run.py REPEATED)
+            ratios = sorted(x["vs_limit"] for x in repeats)
+            shown = " ".join(fx(x) for x in ratios)
+            rows.append(
+                [f"  its {len(repeats)} paired runs, the median above", "", "", shown, "", "", ""]
+            )
 
     for w in (1, 2):
         s = "s" if w > 1 else ""
