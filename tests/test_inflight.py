@@ -78,7 +78,7 @@ def worker_with_gates(store: Store, recorded: int) -> tuple[Worker, Gate, Gate]:
     worker._recorder.start()
     worker._settler.start()
 
-    async def attempt(c: Claimed, endpoint: Any) -> tuple[Outcome, str]:
+    async def attempt(c: Claimed, endpoint: Any, deadline: Any = None) -> tuple[Outcome, str]:
         return Outcome(c.id, c.token, "succeeded", 0, 200, "", b"{}"), "1"
 
     worker._attempter.attempt = attempt  # type: ignore[method-assign]

@@ -131,17 +131,22 @@ class Attempter:
         self.log_attempts = self.log.is_enabled_for(logging.INFO)
 
     def attempt(
-        self, c: Claimed, endpoint: dict[str, Any] | None
+        self,
+        c: Claimed,
+        endpoint: dict[str, Any] | None,
+        deadline: sender.Deadline | None = None,
     ) -> Awaitable[tuple[Outcome, str | None]]:
         """Send once; awaited, the outcome and the breaker verdict (None: no request).
         With tracing on, inside a ``relay.attempt`` span whose ``traceparent`` is sent.
+        ``deadline``: the request's, ``http_timeout`` from its start, for a watcher to
+        enforce (None: the session's own timeout, if any, is the only one).
         (Not a coroutine itself: one frame less for every resumption of the send.)"""
         if tracing.on:
-            return self._traced(c, endpoint)
-        return self.send_once(c, endpoint)
+            return self._traced(c, endpoint, deadline)
+        return self.send_once(c, endpoint, None, deadline)
 
     async def _traced(
-        self, c: Claimed, endpoint: dict[str, Any] | None
+        self, c: Claimed, endpoint: dict[str, Any] | None, deadline: sender.Deadline | None
     ) -> tuple[Outcome, str | None]:
         attrs: dict[str, Any] = {
             "relay.delivery.id": c.id,
@@ -153,7 +158,7 @@ class Attempter:
         if endpoint is not None:  # the host only: a URL's path or query may hold a token
             attrs["server.address"] = urlsplit(endpoint["url"]).hostname or ""
         with tracing.attempt_span(c.trace, attrs) as span:
-            done, verdict = await self.send_once(c, endpoint, tracing.headers())
+            done, verdict = await self.send_once(c, endpoint, tracing.headers(), deadline)
             tracing.attempt_result(span, done.status_code, done.outcome, done.error)
         self.spans[c.token] = span.get_span_context()
         return done, verdict
@@ -163,6 +168,7 @@ class Attempter:
         c: Claimed,
         endpoint: dict[str, Any] | None,
         trace_headers: dict[str, str] | None = None,
+        deadline: sender.Deadline | None = None,
     ) -> tuple[Outcome, str | None]:
         """The attempt itself, untraced (``trace_headers`` go with the request)."""
         worker = self.settings.worker_id
@@ -192,6 +198,8 @@ class Attempter:
             attempt=c.attempts,
             body=c.body,
             trace_headers=trace_headers,
+            deadline=deadline,
+            seconds=self.settings.http_timeout,
         )
         self.stats.sent += 1
         decision = decide(c, resp, self.settings)

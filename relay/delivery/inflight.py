@@ -10,7 +10,9 @@ blocking); at most ``SLOW_HEADROOM`` x concurrency sends are tracked in all, ope
 being written. ``slot_free`` is set whenever a slot may have come free.
 
 No timer per send: :func:`watch_slow` (one task per worker) looks at the sends in flight
-every ``SLOW_TICK`` while there are any, and marks those past their threshold.
+every ``SLOW_TICK`` while there are any, marks those past their threshold, and cancels a
+request past its deadline (``http_timeout`` from its start: ``sender.Deadline``), which
+the send reports as a timeout; aiohttp's own timer per request is not started.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from relay.delivery.sender import Deadline
 from relay.queue.keys import ShardKeys
 from relay.queue.store import Claimed
 
@@ -40,6 +43,7 @@ class Flight:
     slow: bool = False
     lease_until: float = 0.0  # time.monotonic() by which its lease runs out, at the latest
     slow_at: float = float("inf")  # time.monotonic() after which it counts as slow
+    deadline: Deadline = field(default_factory=Deadline)  # its request's, while one runs
     # its outcome and verdict writes (Worker._recorded, Worker._settled): the slot is
     # kept until both have ended
     settling: bool = False  # a verdict is being written
@@ -107,10 +111,13 @@ class InFlight:
             self.slot_free.set()
 
     def mark_overdue(self, now: float) -> None:
-        """Mark every send past its ``slow_at`` (``now``: time.monotonic()) slow."""
+        """Mark every send past its ``slow_at`` (``now``: time.monotonic()) slow, and
+        cancel every request past its deadline (``sender.send`` answers it: timeout)."""
         for f in self.flights.values():
             if f.slow_at <= now and not f.slow and not f.recording:
                 self.mark_slow(f)
+            if f.deadline.overdue(now) and f.task is not None:
+                f.task.cancel()
 
     def done(self, f: Flight) -> None:
         if self.flights.pop(f.claim.token, None) is None:
@@ -130,8 +137,9 @@ class InFlight:
 
 
 async def watch_slow(inflight: InFlight, tick: float = SLOW_TICK) -> None:
-    """Mark sends slow once past their threshold: every ``tick`` while any are in flight,
-    asleep while none are (one task for all of them, instead of a timer per send)."""
+    """Mark sends slow once past their threshold, and time out requests past their
+    deadline: every ``tick`` while any are in flight, asleep while none are (one task for
+    all of them, instead of a timer per send)."""
     while True:
         if not inflight.flights:
             inflight.busy.clear()

@@ -110,8 +110,10 @@ class Worker:
     async def run(self, stop: asyncio.Event, *, burst: bool = False) -> None:
         """Deliver until ``stop`` is set (or, with ``burst``, until nothing is due)."""
         if self._session is None:
+            # no timer per request in aiohttp: each send's Deadline, enforced by
+            # watch_slow, limits it to http_timeout (relay.delivery.sender)
             self._session = sender.make_session(
-                timeout=self.settings.http_timeout,
+                timeout=None,
                 limit=self.settings.worker_concurrency * SLOW_HEADROOM,
                 allow_private=self.settings.allow_private_networks,
             )
@@ -199,7 +201,7 @@ class Worker:
         c = f.claim
         try:
             sent_ms = int(time.time() * 1000)
-            outcome, verdict = await self._attempter.attempt(c, endpoint)
+            outcome, verdict = await self._attempter.attempt(c, endpoint, f.deadline)
             if verdict == "0":  # settle.lua: a failure sent before a success is not counted
                 verdict = f"0@{sent_ms}"
             self._inflight.answered(f)
