@@ -143,7 +143,7 @@ class Attempter:
         (Not a coroutine itself: one frame less for every resumption of the send.)"""
         if tracing.on:
             return self._traced(c, endpoint, deadline)
-        return self.send_once(c, endpoint, None, deadline)
+        return self.send_once(c, endpoint, deadline)
 
     async def _traced(
         self, c: Claimed, endpoint: dict[str, Any] | None, deadline: sender.Deadline | None
@@ -158,7 +158,7 @@ class Attempter:
         if endpoint is not None:  # the host only: a URL's path or query may hold a token
             attrs["server.address"] = urlsplit(endpoint["url"]).hostname or ""
         with tracing.attempt_span(c.trace, attrs) as span:
-            done, verdict = await self.send_once(c, endpoint, tracing.headers(), deadline)
+            done, verdict = await self.send_once(c, endpoint, deadline, tracing.headers())
             tracing.attempt_result(span, done.status_code, done.outcome, done.error)
         self.spans[c.token] = span.get_span_context()
         return done, verdict
@@ -167,10 +167,12 @@ class Attempter:
         self,
         c: Claimed,
         endpoint: dict[str, Any] | None,
-        trace_headers: dict[str, str] | None = None,
         deadline: sender.Deadline | None = None,
+        trace_headers: dict[str, str] | None = None,
     ) -> tuple[Outcome, str | None]:
-        """The attempt itself, untraced (``trace_headers`` go with the request)."""
+        """The attempt itself, untraced (``trace_headers`` go with the request). Called as
+        :meth:`attempt` is, ``(claim, endpoint, deadline)``: bench/tracing.py puts it in
+        that method's place to measure the tracing hooks."""
         worker = self.settings.worker_id
         if endpoint is None:
             at = int(time.time() * 1000)
