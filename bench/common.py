@@ -12,8 +12,10 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,19 @@ class Procs:
         for srv in self.redis:
             srv.stop()
         self.redis.clear()
+
+
+@contextmanager
+def private_redis() -> Iterator[str]:
+    """A ``redis-server`` of the script's own, in a temporary directory, no append-only
+    file: its URL while the block runs (bench/pool.py, filters.py, tracing.py)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        server = RedisServer(data_dir=Path(tmp), appendonly=False)
+        server.start()
+        try:
+            yield server.url
+        finally:
+            server.stop()
 
 
 def check_alive(proc: subprocess.Popen[bytes], name: str) -> None:

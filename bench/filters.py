@@ -15,16 +15,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import tempfile
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import private_redis
 from relay.domain import filters
 from relay.domain.schema import EventIn, endpoint_record
 from relay.publishing import Publisher
 from relay.queue.store import Store, connect
-from relay.redisproc import RedisServer
 from relay.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "filters.json"
@@ -94,13 +96,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=3000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        server = RedisServer(data_dir=Path(tmp), appendonly=False)
-        server.start()
-        try:
-            rows = [asyncio.run(run(server.url, f, args.events)) for f in (False, True)]
-        finally:
-            server.stop()
+    with private_redis() as url:
+        rows = [asyncio.run(run(url, f, args.events)) for f in (False, True)]
     without, with_ = rows
     extra = with_["cpu_ms_per_publish"] - without["cpu_ms_per_publish"]
     print("publish, 10 endpoints        CPU ms/publish  wall ms/publish  deliveries  filters alone")

@@ -17,7 +17,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,8 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import private_redis
 from relay.queue.pool import BlockingPool
-from relay.redisproc import RedisServer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pool.json"
 # as relay.queue.base.connect makes its pool
@@ -77,13 +76,8 @@ def main() -> int:
     ap.add_argument("--commands", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        server = RedisServer(data_dir=Path(tmp), appendonly=False)
-        server.start()
-        try:
-            res = uvloop.run(run(server.url, args.commands, args.rounds))
-        finally:
-            server.stop()
+    with private_redis() as url:
+        res = uvloop.run(run(url, args.commands, args.rounds))
     med = res["us_per_command"]
     print("client CPU per command (ECHO, one after another, uvloop; median of rounds)")
     print(f"  redis-py BlockingConnectionPool  {med['redis_py']:7.1f} us")

@@ -38,7 +38,6 @@ import gc
 import json
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,7 +49,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Procs, Receiver
+from bench.common import Procs, Receiver, private_redis
 from relay import logs, tracing
 from relay.api import common, create_app, events
 from relay.delivery.attempt import Attempter
@@ -58,7 +57,7 @@ from relay.delivery.worker import Worker
 from relay.domain.schema import endpoint_record
 from relay.queue.scripts import _Call
 from relay.queue.store import Store, connect
-from relay.redisproc import RedisServer, free_port
+from relay.redisproc import free_port
 from relay.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tracing.json"
@@ -233,13 +232,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     logs.configure("json", "warning")  # no line per attempt on the terminal
-    with tempfile.TemporaryDirectory() as tmp:
-        server = RedisServer(data_dir=Path(tmp), appendonly=False)
-        server.start()
-        try:
-            rows = asyncio.run(run(server.url, args.events, args.rounds))
-        finally:
-            server.stop()
+    with private_redis() as url:
+        rows = asyncio.run(run(url, args.events, args.rounds))
     result = summary(rows)
     print(table(result))
     RESULTS.parent.mkdir(exist_ok=True)
