@@ -213,3 +213,44 @@ async def test_metrics_still_answer_when_redis_is_away(make_api: Any, tmp_path: 
     finally:
         server.stop()
         await store.close()
+
+
+def test_the_tallies_expose_what_prometheus_client_would() -> None:
+    """``metrics.Attempts`` (plain tallies, collected at scrape time) writes the exposition
+    prometheus-client's own Counter and Histogram write for the same sends, their
+    ``_created`` times aside: bucket edges (a duration on a bound counts in that bound's
+    bucket), the +Inf bucket, any status's class (seen failing with ``bisect_right``)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    tally = metrics.Attempts()
+    ours = CollectorRegistry()
+    ours.register(tally)
+    docs = {m.name: m.documentation for m in tally.collect()}
+    theirs = CollectorRegistry()
+    deliveries = Counter("relay_deliveries", docs["relay_deliveries"], ["outcome"], registry=theirs)
+    attempts = Counter("relay_attempts", docs["relay_attempts"], ["code_class"], registry=theirs)
+    name = "relay_delivery_duration_seconds"
+    duration = Histogram(name, docs[name], buckets=metrics.DURATION_BUCKETS, registry=theirs)
+    sends = [
+        ("succeeded", 200, 0.003),
+        ("retry", 503, 0.2),
+        ("dead", None, 10.0),
+        ("succeeded", 204, 0.005),
+        ("retry", 429, 31.0),
+        ("succeeded", 299, 0.0),
+        ("dead", 404, 1.0),
+        ("retry", 600, 2.5),
+        ("retry", 302, 0.0051),
+    ]
+    for outcome, status, took in sends:
+        tally.observe(outcome, status, took)
+        deliveries.labels(outcome).inc()
+        attempts.labels("error" if status is None else f"{status // 100}xx").inc()
+        duration.observe(took)
+
+    def text(registry: CollectorRegistry) -> list[str]:
+        lines = generate_latest(registry).decode().splitlines()
+        return [line for line in lines if "_created" not in line]
+
+    assert text(ours) == text(theirs)
+    assert "relay_delivery_duration_seconds_created" in generate_latest(ours).decode()

@@ -14,6 +14,10 @@ the same shared gauges; aggregate them with ``max``, not ``sum``.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import structlog
@@ -26,6 +30,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 log = structlog.get_logger("relay.metrics")
 
@@ -33,24 +40,77 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 BREAKER_CAP = 500  # endpoints exported by relay_endpoint_breaker_state at most
 BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
 
-DELIVERIES = Counter(
-    "relay_deliveries",
-    "Delivery attempts by outcome (succeeded, retry, dead)",
-    ["outcome"],
-    registry=REGISTRY,
-)
-ATTEMPTS = Counter(
-    "relay_attempts",
-    "Requests sent, by status code class (2xx, 3xx, 4xx, 5xx, or error: no answer)",
-    ["code_class"],
-    registry=REGISTRY,
-)
-DURATION = Histogram(
-    "relay_delivery_duration_seconds",
-    "Duration of one delivery request",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-    registry=REGISTRY,
-)
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Attempts:
+    """The per-send series: ``relay_deliveries_total{outcome}``,
+    ``relay_attempts_total{code_class}`` and the ``relay_delivery_duration_seconds``
+    histogram. Tallied in plain numbers by :meth:`observe` and made into metric families
+    only when scraped: prometheus-client's Counter and Histogram lock and validate on every
+    increment, four per send (3.0 µs a send on a 2-core VM; this, ~0.5 µs). The text
+    exposition is the one those classes write (``tests/test_metrics.py``). One event
+    loop's process: observe and collect never run at once."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+        self.classes: dict[str, int] = {}
+        self.buckets = [0] * (len(DURATION_BUCKETS) + 1)  # the last: past every bound
+        self.sum = 0.0
+        self.started = time.time()  # the histogram's _created
+        # each label value's first time: its counter's _created
+        self.outcomes_created: dict[str, float] = {}
+        self.classes_created: dict[str, float] = {}
+
+    def observe(self, outcome: str, status: int | None, duration: float) -> None:
+        outcomes = self.outcomes
+        if outcome in outcomes:
+            outcomes[outcome] += 1
+        else:
+            outcomes[outcome] = 1
+            self.outcomes_created[outcome] = time.time()
+        if status is None:
+            code_class = "error"
+        else:  # any status, as the labels were before: 600 -> "6xx"
+            code_class = _CLASSES.get(status // 100) or f"{status // 100}xx"
+        classes = self.classes
+        if code_class in classes:
+            classes[code_class] += 1
+        else:
+            classes[code_class] = 1
+            self.classes_created[code_class] = time.time()
+        self.buckets[bisect.bisect_left(DURATION_BUCKETS, duration)] += 1
+        self.sum += duration
+
+    def collect(self) -> Iterator[Metric]:
+        deliveries = CounterMetricFamily(
+            "relay_deliveries",
+            "Delivery attempts by outcome (succeeded, retry, dead)",
+            labels=["outcome"],
+        )
+        for outcome, n in self.outcomes.items():
+            deliveries.add_metric([outcome], n, created=self.outcomes_created[outcome])
+        yield deliveries
+        attempts = CounterMetricFamily(
+            "relay_attempts",
+            "Requests sent, by status code class (2xx, 3xx, 4xx, 5xx, or error: no answer)",
+            labels=["code_class"],
+        )
+        for code_class, n in self.classes.items():
+            attempts.add_metric([code_class], n, created=self.classes_created[code_class])
+        yield attempts
+        name = "relay_delivery_duration_seconds"
+        duration = HistogramMetricFamily(name, "Duration of one delivery request")
+        bounds = [*map(floatToGoString, DURATION_BUCKETS), "+Inf"]
+        counts = itertools.accumulate(self.buckets)
+        duration.add_metric([], list(zip(bounds, counts, strict=True)), self.sum)
+        duration.samples.append(Sample(name + "_created", {}, self.started))
+        yield duration
+
+
+_CLASSES = {n: f"{n}xx" for n in range(1, 10)}
+ATTEMPTS = Attempts()
+REGISTRY.register(ATTEMPTS)
 CLAIM_BATCH = Histogram(
     "relay_claim_batch_size",
     "Deliveries per claim",
@@ -151,24 +211,9 @@ def set_outbox(waiting: int, oldest_age: float, dead: int) -> None:
     OUTBOX_DEAD_KEPT.set(dead)
 
 
-# The labelled children of the per-attempt counters, looked up once each: labels()
-# validates and locks on every call, and observe_attempt runs once per request sent.
-_BY_OUTCOME: dict[str, Any] = {}
-_BY_CLASS: dict[int | None, Any] = {}
-
-
 def observe_attempt(outcome: str, status: int | None, duration: float) -> None:
-    by_outcome = _BY_OUTCOME.get(outcome)
-    if by_outcome is None:
-        by_outcome = _BY_OUTCOME[outcome] = DELIVERIES.labels(outcome)
-    code_class = None if status is None else status // 100
-    by_class = _BY_CLASS.get(code_class)
-    if by_class is None:
-        label = "error" if code_class is None else f"{code_class}xx"
-        by_class = _BY_CLASS[code_class] = ATTEMPTS.labels(label)
-    by_outcome.inc()
-    by_class.inc()
-    DURATION.observe(duration)
+    """One request sent: its outcome, its answer's status (None: no answer), its time."""
+    ATTEMPTS.observe(outcome, status, duration)
 
 
 def set_queue(stats: dict[str, Any]) -> None:
