@@ -83,22 +83,20 @@ class Attempts:
         self.sum += duration
 
     def collect(self) -> Iterator[Metric]:
-        deliveries = CounterMetricFamily(
+        yield _counter(
             "relay_deliveries",
             "Delivery attempts by outcome (succeeded, retry, dead)",
-            labels=["outcome"],
+            "outcome",
+            self.outcomes,
+            self.outcomes_created,
         )
-        for outcome, n in self.outcomes.items():
-            deliveries.add_metric([outcome], n, created=self.outcomes_created[outcome])
-        yield deliveries
-        attempts = CounterMetricFamily(
+        yield _counter(
             "relay_attempts",
             "Requests sent, by status code class (2xx, 3xx, 4xx, 5xx, or error: no answer)",
-            labels=["code_class"],
+            "code_class",
+            self.classes,
+            self.classes_created,
         )
-        for code_class, n in self.classes.items():
-            attempts.add_metric([code_class], n, created=self.classes_created[code_class])
-        yield attempts
         name = "relay_delivery_duration_seconds"
         duration = HistogramMetricFamily(name, "Duration of one delivery request")
         bounds = [*map(floatToGoString, DURATION_BUCKETS), "+Inf"]
@@ -106,6 +104,15 @@ class Attempts:
         duration.add_metric([], list(zip(bounds, counts, strict=True)), self.sum)
         duration.samples.append(Sample(name + "_created", {}, self.started))
         yield duration
+
+
+def _counter(
+    name: str, doc: str, label: str, counts: dict[str, int], created: dict[str, float]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for value, n in counts.items():
+        family.add_metric([value], n, created=created[value])
+    return family
 
 
 _CLASSES = {n: f"{n}xx" for n in range(1, 10)}
