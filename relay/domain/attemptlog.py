@@ -54,5 +54,8 @@ def fields(
 def expand(value: str) -> dict[str, Any]:
     """The attempt-log entry an ``a1`` field stands for (number 1)."""
     at, duration, status, worker, *detail = value.split(" ", 4)
-    made = fields(1, int(at), float(duration), int(status), "", "", "succeeded", worker)
-    return {"n": 1, **made, "detail": detail[0] if detail else None}
+    text = detail[0] if detail else ""
+    return {
+        "n": 1,
+        **fields(1, int(at), float(duration), int(status), "", text, "succeeded", worker),
+    }
