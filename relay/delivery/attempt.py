@@ -138,7 +138,7 @@ class Attempter:
     ) -> Awaitable[tuple[Outcome, str | None]]:
         """Send once; awaited, the outcome and the breaker verdict (None: no request).
         With tracing on, inside a ``relay.attempt`` span whose ``traceparent`` is sent.
-        ``deadline``: the request's, ``http_timeout`` from its start, for a watcher to
+        ``deadline``: the request's (``http_timeout`` from its start), for a watcher to
         enforce (None: the session's own timeout, if any, is the only one).
         (Not a coroutine itself: one frame less for every resumption of the send.)"""
         if tracing.on:
@@ -201,7 +201,6 @@ class Attempter:
             body=c.body,
             trace_headers=trace_headers,
             deadline=deadline,
-            seconds=self.settings.http_timeout,
         )
         self.stats.sent += 1
         decision = decide(c, resp, self.settings)

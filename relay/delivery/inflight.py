@@ -18,6 +18,7 @@ the send reports as a timeout; aiohttp's own timer per request is not started.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -52,10 +53,12 @@ class Flight:
 
 
 class InFlight:
-    """Sends in flight by claim token."""
+    """Sends in flight by claim token; each request may take ``request_timeout`` seconds
+    (``http_timeout``: its ``Deadline``)."""
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, request_timeout: float = math.inf) -> None:
         self.concurrency = concurrency
+        self.request_timeout = request_timeout
         self.flights: dict[str, Flight] = {}
         self.slow = 0  # sends in flight for longer than their slow threshold
         self.writing = 0  # answered sends (not slow) whose writes have not ended
@@ -90,7 +93,7 @@ class InFlight:
         endpoint: dict[str, Any] | None,
         slow_at: float = float("inf"),
     ) -> Flight:
-        f = Flight(sk, claim, endpoint, slow_at=slow_at)
+        f = Flight(sk, claim, endpoint, slow_at=slow_at, deadline=Deadline(self.request_timeout))
         self.flights[claim.token] = f
         self.busy.set()
         return f

@@ -40,9 +40,11 @@ class Response:
 
 @dataclass(slots=True)
 class Deadline:
-    """When the request under way must have its answer (``time.monotonic()``; ``inf``: no
-    request under way), and whether a watcher cancelled it for being past that."""
+    """A request's time limit, ``seconds`` from its start; when the request under way must
+    have its answer (``at``, ``time.monotonic()``; ``inf``: none under way), and whether a
+    watcher cancelled it for being past that."""
 
+    seconds: float = math.inf
     at: float = math.inf
     hit: bool = False
 
@@ -106,11 +108,10 @@ async def send(
     body: bytes,
     trace_headers: dict[str, str] | None = None,
     deadline: Deadline | None = None,
-    seconds: float = 0.0,
 ) -> Response:
     """POST one signed delivery and describe what came back. ``trace_headers``
     (``traceparent``, ``tracestate``; tracing on) replace custom headers of those names.
-    ``deadline``: set to ``seconds`` from the request's start while it runs; the
+    ``deadline``: armed for its ``seconds`` from the request's start while it runs; the
     task cancelled past it (a watcher's ``Deadline.overdue``) gets a ``timeout`` answer."""
     now = time.time()
     headers = signing.signed_headers(
@@ -129,7 +130,7 @@ async def send(
         headers.update(trace_headers)
     started = time.perf_counter()
     if deadline is not None:
-        deadline.at = time.monotonic() + seconds
+        deadline.at = time.monotonic() + deadline.seconds
     try:
         async with session.post(
             endpoint["url"], data=body, headers=headers, allow_redirects=False

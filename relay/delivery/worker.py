@@ -69,7 +69,7 @@ class Worker:
         self.lifecycle = Lifecycle(store, self.health)
         self._session = session
         self._own_session = session is None
-        self._inflight = InFlight(settings.worker_concurrency)
+        self._inflight = InFlight(settings.worker_concurrency, settings.http_timeout)
         self._wake = asyncio.Event()
         # An outcome is retried while Redis is unavailable, until its lease is nearly
         # over (never dropped early: a dropped outcome is a duplicate send).
