@@ -78,6 +78,10 @@ class InFlight:
         active = len(self.flights) - self.slow - self.writing
         return min(concurrency - active, concurrency * SLOW_HEADROOM - len(self.flights))
 
+    def answering(self) -> bool:
+        """Whether any request is open that is not slow: an answer is likely soon."""
+        return len(self.flights) > self.slow + self.writing
+
     def open_to(self, endpoint_id: str) -> int:
         """Requests open to one endpoint (slow ones included, answered ones not)."""
         return sum(

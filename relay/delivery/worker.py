@@ -49,6 +49,7 @@ from relay.settings import Settings
 log = structlog.get_logger("relay.worker")
 
 IDLE_CAP = 2.0  # longest idle sleep: a safety net for a missed pub/sub message
+LINGER = 0.005  # seconds an outcome or a verdict may wait for others to share its write
 
 
 class Worker:
@@ -75,8 +76,21 @@ class Worker:
         # over (never dropped early: a dropped outcome is a duplicate send).
         self._margin = min(2.0, settings.lease_seconds / 10)
         budget = settings.lease_seconds - self._margin
-        self._recorder = GroupCommit(self._record, "relay-recorder", budget=budget)
-        self._settler = GroupCommit(self._settle_batch, "relay-settler", budget=budget)
+        # outcomes and verdicts wait (up to LINGER) for the rest of their wave's answers
+        self._recorder = GroupCommit(
+            self._record,
+            "relay-recorder",
+            budget=budget,
+            linger=LINGER,
+            more=lambda _shard: self._inflight.answering(),
+        )
+        self._settler = GroupCommit(
+            self._settle_batch,
+            "relay-settler",
+            budget=budget,
+            linger=LINGER,
+            more=lambda _endpoint: self._inflight.answering(),
+        )
         self._windows = Windows(
             settings.worker_concurrency, settings.http_timeout, settings.slow_send_after
         )
@@ -209,7 +223,11 @@ class Worker:
             if endpoint is not None and verdict is not None:
                 f.settling = True
                 settled: Done = lambda result, exc: self._settled(f, result, exc)  # noqa: E731
-                self._settler.submit_then(endpoint["id"], (c.token, verdict), settled, deadline)
+                # an endpoint's max_in_flight slots are freed by its settle: not delayed
+                capped = bool(endpoint.get("max_in_flight"))
+                self._settler.submit_then(
+                    endpoint["id"], (c.token, verdict), settled, deadline, hurry=capped
+                )
             recorded: Done = lambda result, exc: self._recorded(f, result, exc)  # noqa: E731
             self._recorder.submit_then(f.sk, outcome, recorded, deadline)
         except asyncio.CancelledError:
