@@ -77,19 +77,12 @@ class Worker:
         self._margin = min(2.0, settings.lease_seconds / 10)
         budget = settings.lease_seconds - self._margin
         # outcomes and verdicts wait (up to LINGER) for the rest of their wave's answers
+        answering = lambda _key: self._inflight.answering()  # noqa: E731
         self._recorder = GroupCommit(
-            self._record,
-            "relay-recorder",
-            budget=budget,
-            linger=LINGER,
-            more=lambda _shard: self._inflight.answering(),
+            self._record, "relay-recorder", budget=budget, linger=LINGER, more=answering
         )
         self._settler = GroupCommit(
-            self._settle_batch,
-            "relay-settler",
-            budget=budget,
-            linger=LINGER,
-            more=lambda _endpoint: self._inflight.answering(),
+            self._settle_batch, "relay-settler", budget=budget, linger=LINGER, more=answering
         )
         self._windows = Windows(
             settings.worker_concurrency, settings.http_timeout, settings.slow_send_after
