@@ -156,3 +156,29 @@ def test_inline_round_trip_and_limits() -> None:
     assert attemptlog.inline(2, 5, 1.0, 200, "w", "") == ""  # not the first attempt
     assert attemptlog.inline(1, 5, 1.0, None, "w", "") == ""
     assert attemptlog.inline(1, 5, 1.0, 200, "w", "é" * 40) == ""  # bytes, not characters
+
+
+async def test_short_and_full_outcomes_of_one_batch_answer_in_its_order(st: Store) -> None:
+    """A first request that succeeded goes to record.lua as its short form alone, after
+    the full items, and the replies are put back in the batch's order. Seen failing with
+    the replies taken in the script's order ([0, 1, 1]: the fenced full item first)."""
+    ep = await add_endpoint(st)
+    for _ in range(3):
+        await publish(st, [ep["id"]])
+    first, second, third = (await claim(st)).items
+    sk = st.keys.shard(0)
+    stale = dataclasses.replace(test_store.outcome(second, "retry", 0, 500), token="c:old:1")
+    batch = [_ok(first, "ok"), stale, _ok(third)]
+    assert batch[0].inline and batch[2].inline and not batch[1].inline
+    assert await st.record(sk, batch) == [1, 0, 1]
+    for c, status in ((first, "succeeded"), (second, "delivering"), (third, "succeeded")):
+        rec = await st.get_delivery(c.id)
+        assert rec is not None and rec["status"] == status, (c.id, rec)
+    one = await st.get_delivery(first.id)
+    assert one is not None and one["attempt_log"] == [{"n": 1, **_entry("ok")}]
+    fenced = await st.get_delivery(second.id)
+    assert fenced is not None and fenced["attempt_log"][0]["fenced"] is True
+    # a retried write of the short ones (its reply lost) finds them written: 1, no change
+    before = await st.redis.hgetall(sk.delivery(first.id))
+    assert await st.record(sk, [batch[2], batch[0]]) == [1, 1]
+    assert await st.redis.hgetall(sk.delivery(first.id)) == before

@@ -175,16 +175,29 @@ class Transitions(StoreBase):
         """Record outcomes, each fenced on its token (``record.lua``): 1 recorded, 0 fenced."""
         keys = [sk.due, sk.processing, sk.succeeded, sk.dead]
         keys += [sk.queued, sk.blocked, sk.dead_tally_index]
-        args: list[Any] = [sk.wake, len(outcomes)]
-        for o in outcomes:
+        # A first request that succeeded goes as its short form alone (id, token, a1,
+        # endpoint: four values, not nine), after the others; the replies come back in
+        # that order and are put back in the callers'.
+        full = [i for i, o in enumerate(outcomes) if not _short(o)]
+        short = [i for i, o in enumerate(outcomes) if _short(o)]
+        args: list[Any] = [sk.wake, sk.lane_prefix, sk.delivery_prefix, sk.dead_tally_prefix]
+        args += [sk.log_prefix, sk.event_prefix, len(full)]
+        for i in full:
+            o = outcomes[i]
             code = "" if o.status_code is None else o.status_code
             # an entry with a short form is made from it in the script, where it is needed
             entry = b"" if o.inline else o.entry
             args += [o.id, o.token, o.outcome, o.delay_ms, code, o.error, entry, o.inline]
             args.append(o.endpoint_id)
-        args += [sk.lane_prefix, sk.delivery_prefix, sk.dead_tally_prefix, sk.log_prefix]
-        args.append(sk.event_prefix)
-        return [int(x) for x in await self.scripts.record(keys=keys, args=args)]
+        args.append(len(short))
+        for i in short:
+            o = outcomes[i]
+            args += [o.id, o.token, o.inline, o.endpoint_id]
+        res = await self.scripts.record(keys=keys, args=args)
+        out = [0] * len(outcomes)
+        for i, r in zip(full + short, res, strict=True):
+            out[i] = int(r)
+        return out
 
     async def extend(
         self, sk: ShardKeys, claims: Sequence[tuple[str, str]], lease_ms: int
@@ -336,3 +349,9 @@ class Transitions(StoreBase):
             ],
         )
         return Swept(int(res[0]), int(res[1]), bool(int(res[2])))
+
+
+def _short(o: Outcome) -> bool:
+    """Whether the outcome goes to record.lua as its short form alone: a request that
+    succeeded and has one (``a1`` says its time, status code and worker; no error)."""
+    return o.outcome == "succeeded" and bool(o.inline) and not o.error

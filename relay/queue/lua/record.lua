@@ -12,19 +12,24 @@
 -- An item's delivery hash and attempt log are prefix .. id (ARGV below), in the shard's
 -- slot: passed as KEYS, two per item, they cost more than the commands on them.
 --
--- ARGV[1] wake channel (ShardKeys.wake)   ARGV[2] n, the number of items
--- ARGV[3..2+9n] per item, nine values: delivery id, claim token,
+-- ARGV[1] wake channel (ShardKeys.wake)
+-- ARGV[2] lane key prefix (ShardKeys.lane_prefix)
+-- ARGV[3] delivery key prefix (ShardKeys.delivery_prefix)
+-- ARGV[4] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
+-- ARGV[5] attempt log key prefix (ShardKeys.log_prefix)
+-- ARGV[6] event key prefix (ShardKeys.event_prefix)
+-- ARGV[7] n, the number of full items
+-- ARGV[8..7+9n] per full item, nine values: delivery id, claim token,
 --           outcome ("succeeded" | "retry" | "dead" | "defer"), retry delay ms,
 --           status code ("" for none), error ("" for none),
 --           attempt log entry: a JSON object without its "n" (and "fenced") field,
 --           ("" when it has a short form: made from that where it is needed),
 --           its short form ("" for none; relay/domain/attemptlog.py),
 --           its endpoint id ("": read from its event's header when the hash has none)
--- ARGV[3+9n] lane key prefix (ShardKeys.lane_prefix)
--- ARGV[4+9n] delivery key prefix (ShardKeys.delivery_prefix)
--- ARGV[5+9n] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
--- ARGV[6+9n] attempt log key prefix (ShardKeys.log_prefix)
--- ARGV[7+9n] event key prefix (ShardKeys.event_prefix)
+-- ARGV[8+9n] m, the number of short items: a request that succeeded and has a short
+--           form, which says the rest (its status code; no error, entry or delay);
+--           then per short item four values: delivery id, claim token, short form,
+--           endpoint id (as above)
 --
 -- The attempt log: a delivery's first request, when it succeeded and has a short form,
 -- is kept in the delivery hash as "a1" rather than in a list of its own (a list of one
@@ -57,7 +62,8 @@
 -- but for a1); the ZREM from processing and the ZADDs to due, succeeded and dead are one
 -- command each for the whole batch.
 --
--- Returns one integer per item: 1 recorded, 0 fenced (claim superseded).
+-- Returns one integer per item, the full items' first: 1 recorded, 0 fenced (claim
+-- superseded). Store.record puts them back in its callers' order.
 -- The time goes to Redis as a string made once (now_s): a Lua number passed to
 -- redis.call is formatted with "%.17g" each time, which cost more than the commands.
 local t = redis.call("TIME")
@@ -65,15 +71,16 @@ local now_s = t[1] .. string.sub(string.rep("0", 6 - #t[2]) .. t[2], 1, 3)  -- m
 local now = tonumber(now_s)
 local res = {}
 local wake = false
-local n = tonumber(ARGV[2])
-local lane_prefix = ARGV[3 + 9 * n]
-local dlv_prefix = ARGV[4 + 9 * n]
+local n = tonumber(ARGV[7])
+local m = tonumber(ARGV[8 + 9 * n])
+local lane_prefix = ARGV[2]
+local dlv_prefix = ARGV[3]
 local queued = KEYS[5]
 local blocked = KEYS[6]
 local tally_index = KEYS[7]
-local tally_prefix = ARGV[5 + 9 * n]
-local log_prefix = ARGV[6 + 9 * n]
-local evt_prefix = ARGV[7 + 9 * n]
+local tally_prefix = ARGV[4]
+local log_prefix = ARGV[5]
+local evt_prefix = ARGV[6]
 
 -- The attempt-log entry (JSON, without "n") a short form stands for, as
 -- attemptlog.expand reads it: an outcome with a short form is sent without its entry,
@@ -88,6 +95,16 @@ local function entry_of(a1)
   return '{"attempt":1,"at":' .. sub(a1, 1, p1 - 1) .. ',"duration_ms":' .. sub(a1, p1 + 1, p2 - 1)
     .. ',"status_code":' .. sub(a1, p2 + 1, p3 - 1) .. ',"error":null,"detail":' .. detail
     .. ',"outcome":"succeeded","worker":' .. cjson.encode(sub(a1, p3 + 1, (p4 or 0) - 1)) .. '}'
+end
+
+-- The status code a short form says (its third field; "" for none).
+local function code_of(a1)
+  local find = string.find
+  local p1 = find(a1, " ", 1, true)
+  local p2 = find(a1, " ", p1 + 1, true)
+  local p3 = find(a1, " ", p2 + 1, true)
+  local c = string.sub(a1, p2 + 1, p3 - 1)
+  return c == "null" and "" or c
 end
 
 -- The endpoint id of a delivery whose hash has none: as given, or its event's header's
@@ -162,12 +179,9 @@ end
 
 local done, retry_at, ok_at, dead_at = {}, {}, {}, {}
 local earliest = nil
-for i = 1, n do
-  local b = 2 + (i - 1) * 9
-  local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+local function one(i, id, token, outcome, delay, code, err, entry, a1, ep_given)
   local dkey = dlv_prefix .. id
-  local code, err, entry = ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
-  if entry == "" and ARGV[b + 8] ~= "" then entry = nil end  -- entry_of(a1), if needed
+  if entry == "" and a1 ~= "" then entry = nil end  -- entry_of(a1), if needed
   -- what every outcome needs; "recorded" only where it is used (each field read is a
   -- listpack scan and a Lua value: a retried write's after a later claim)
   local f = redis.call("HMGET", dkey, "claim", "status", "log_n", "lane", "endpoint_id")
@@ -176,7 +190,7 @@ for i = 1, n do
     res[i] = 1  -- this very outcome was written already: a retried write
   elseif outcome == "defer" then
     if mine then
-      local at = now + tonumber(ARGV[b + 4])
+      local at = now + tonumber(delay)
       redis.call("HINCRBY", dkey, "attempts", -1)
       redis.call("HSET", dkey, "status", "pending", "updated_at", now_s)
       done[#done + 1] = id
@@ -190,30 +204,31 @@ for i = 1, n do
     else
       local num = redis.call("HINCRBY", dkey, "log_n", 1)
       local lkey = log_prefix .. id
-      entry = entry or entry_of(ARGV[b + 8])
+      entry = entry or entry_of(a1)
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',"fenced":true,' .. string.sub(entry, 2))
       res[i] = 0
     end
   else
     local num = (tonumber(f[3]) or 0) + 1
-    local ep = f[5] or endpoint_of(id, ARGV[b + 9])
+    local ep = f[5] or endpoint_of(id, ep_given)
     local new_ep = not f[5] and ep  -- the hash has none yet (a first claim writes none)
-    if num == 1 and outcome == "succeeded" and ARGV[b + 8] ~= "" then
+    if num == 1 and outcome == "succeeded" and a1 ~= "" then
       -- the common case: the first request succeeded; a1 is its whole log, and says its
       -- time, status code and worker (no request before it left a last_* field). One
       -- HSET with its arguments given as they are: a table and unpack cost more here.
       if new_ep then
         redis.call("HSET", dkey, "status", "succeeded", "updated_at", now_s,
-          "a1", ARGV[b + 8], "log_n", "1", "endpoint_id", new_ep)
+          "a1", a1, "log_n", "1", "endpoint_id", new_ep)
       else
         redis.call("HSET", dkey, "status", "succeeded", "updated_at", now_s,
-          "a1", ARGV[b + 8], "log_n", "1")
+          "a1", a1, "log_n", "1")
       end
     else
       local drop = {}
+      if code == nil then code = code_of(a1) end
       if code == "" then drop[#drop + 1] = "last_status_code" end
       local lkey = log_prefix .. id
-      entry = entry or entry_of(ARGV[b + 8])
+      entry = entry or entry_of(a1)
       redis.call("RPUSH", lkey, '{"n":' .. num .. ',' .. string.sub(entry, 2))
       local set = {"status", outcome == "retry" and "pending" or outcome, "updated_at", now_s,
         "last_attempt_at", now_s, "log_n", num}
@@ -240,7 +255,7 @@ for i = 1, n do
     end
     done[#done + 1] = id
     if outcome == "retry" then
-      local at = now + tonumber(ARGV[b + 4])
+      local at = now + tonumber(delay)
       if earliest == nil or at < earliest then earliest = at end
       retry_at[#retry_at + 1] = at
       retry_at[#retry_at + 1] = id
@@ -256,6 +271,15 @@ for i = 1, n do
     end
     res[i] = 1
   end
+end
+for i = 1, n do
+  local b = 7 + (i - 1) * 9
+  one(i, ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6],
+    ARGV[b + 7], ARGV[b + 8], ARGV[b + 9])
+end
+for j = 1, m do  -- a first request that succeeded, in its short form: id, token, a1, endpoint
+  local b = 8 + 9 * n + (j - 1) * 4
+  one(n + j, ARGV[b + 1], ARGV[b + 2], "succeeded", "0", nil, "", "", ARGV[b + 3], ARGV[b + 4])
 end
 zrem_all(KEYS[2], done)
 if earliest ~= nil then  -- a retry due before anything else wakes the workers
