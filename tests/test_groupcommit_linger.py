@@ -48,7 +48,7 @@ async def settled(commit: GroupCommit) -> None:
 async def test_items_on_their_way_are_written_together() -> None:
     """Seen failing without the linger (the first item written alone, then the rest)."""
     writes, out = Writes(), {"left": 3}
-    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda _k: out["left"] > 0)
+    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: out["left"] > 0)
     commit.start()
     got: list[int] = []
     for i in range(3):
@@ -66,7 +66,7 @@ async def test_nothing_on_its_way_writes_at_once() -> None:
     """A lone item (an idle worker, an ordered lane of one key) does not wait: seen
     failing (timed out) with ``more`` not asked before the first write."""
     writes = Writes()
-    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda _k: False)
+    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: False)
     commit.start()
     commit.submit_then("s0", 1, done([]))
     await settled(commit)
@@ -78,7 +78,7 @@ async def test_the_last_answer_ends_the_wait() -> None:
     """Seen failing (timed out) with submit_then not ending a wait that ``more`` no
     longer justifies."""
     writes, out = Writes(), {"left": 2}
-    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda _k: out["left"] > 0)
+    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: out["left"] > 0)
     commit.start()
     out["left"] = 1
     commit.submit_then("s0", 1, done([]))
@@ -94,7 +94,7 @@ async def test_the_last_answer_ends_the_wait() -> None:
 async def test_an_item_that_may_not_wait_ends_the_wait() -> None:
     """Seen failing (timed out) with ``hurry`` ignored."""
     writes = Writes()
-    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda _k: True)
+    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: True)
     commit.start()
     commit.submit_then("ep", 1, done([]))
     await asyncio.sleep(0.01)
@@ -109,8 +109,9 @@ async def test_an_item_that_may_not_wait_ends_the_wait() -> None:
 
 
 async def test_a_full_batch_goes_without_waiting() -> None:
+    """Seen failing (timed out) with the batch's size left out of ``_lingers``."""
     writes = Writes()
-    commit = GroupCommit(writes, "t", max_batch=3, linger=HOUR, more=lambda _k: True)
+    commit = GroupCommit(writes, "t", max_batch=3, linger=HOUR, more=lambda: True)
     commit.start()
     for i in range(3):
         commit.submit_then("s0", i, done([]))
@@ -121,9 +122,9 @@ async def test_a_full_batch_goes_without_waiting() -> None:
 
 async def test_the_linger_ends_when_answers_stop_coming() -> None:
     """``more`` says yes for ever (a send hanging to its timeout): the write goes after
-    the linger, with what came."""
+    the linger, with what came. Seen failing (timed out) with no timeout on the wait."""
     writes = Writes()
-    commit = GroupCommit(writes, "t", linger=0.05, more=lambda _k: True)
+    commit = GroupCommit(writes, "t", linger=0.05, more=lambda: True)
     commit.start()
     commit.submit_then("s0", 1, done([]))
     commit.submit_then("s0", 2, done([]))
@@ -137,7 +138,7 @@ async def test_the_last_answer_ends_every_keys_wait() -> None:
     submit of its own to end its wait. Seen failing (timed out) with only the submitted
     key's wait ended."""
     writes, out = Writes(), {"left": 2}
-    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda _k: out["left"] > 0)
+    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: out["left"] > 0)
     commit.start()
     out["left"] = 1
     commit.submit_then("ep_1", 1, done([]))
@@ -150,12 +151,13 @@ async def test_the_last_answer_ends_every_keys_wait() -> None:
 
 
 async def test_keys_linger_apart() -> None:
-    """One key's wait holds back no other key's write."""
+    """One key's wait holds back no other key's write: "fast" goes at once (hurried)
+    while "slow" still waits for more. Seen failing (timed out) with ``hurry`` ignored."""
     writes = Writes()
-    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda k: k == "slow")
+    commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: True)
     commit.start()
     commit.submit_then("slow", 1, done([]))
-    commit.submit_then("fast", 2, done([]))
+    commit.submit_then("fast", 2, done([]), hurry=True)
     await asyncio.wait_for(writes.written.wait(), FAIL_AFTER)
     assert writes.calls == [("fast", [2])]
     commit.submit_then("slow", 3, done([]), hurry=True)
@@ -167,7 +169,8 @@ async def test_keys_linger_apart() -> None:
 @pytest.mark.parametrize("state", ["open", "slow", "answered"])
 def test_answering_counts_open_requests_that_are_not_slow(state: str) -> None:
     """What the worker's group commits ask: a request still open and not slow (a slow
-    one may hang until its timeout; an answered one has submitted its outcome)."""
+    one may hang until its timeout; an answered one has submitted its outcome). Seen
+    failing with slow sends counted."""
     inflight = InFlight(4)
     sk = Keys("t", 1).shard(0)
     assert not inflight.answering()
@@ -190,9 +193,7 @@ async def test_the_worker_writes_a_capped_endpoints_verdict_at_once(
     another send still open). Seen failing with the worker not passing ``hurry``."""
     worker = Worker(fake_store, fake_store.settings)
     settles = Writes(Settled("closed", 0, 0, 0, 0))
-    worker._settler = GroupCommit(
-        settles, "t", linger=HOUR, more=lambda _e: worker._inflight.answering()
-    )
+    worker._settler = GroupCommit(settles, "t", linger=HOUR, more=worker._inflight.answering)
     worker._recorder = GroupCommit(Writes(), "t")
     worker._settler.start()
     worker._recorder.start()

@@ -5,14 +5,14 @@ previous write runs goes in its next one, so under load a worker records outcome
 settles breakers) in batches; when idle, a single outcome is written at once. Keys are
 written side by side, each by its own writer.
 
-With a ``linger`` and a ``more`` (``more(key)``: are more of the key's items on their
-way, sends whose answers are still out), a key's first write waits for them, up to
-``linger`` seconds or a full batch, and goes as soon as a submit finds ``more(key)``
-false, or brings an item that may not wait (``hurry``). A worker's sends go out in
-waves and their answers come back over a few ms: written as they came, a drain took
-~0.18 script calls per delivery; gathered, ~0.07 (``bench/run.py --only limit,drain1``).
-Nothing waits behind a lone send (an ordered lane of one key, an idle worker):
-``more(key)`` is false and the write goes at once.
+With a ``linger`` and a ``more`` (``more()``: are more items on their way, sends whose
+answers are still out), a key's first write waits for them, up to ``linger`` seconds or
+a full batch, and goes as soon as a submit finds ``more()`` false (then every waiting
+key's write goes: nothing more is coming for any), or brings an item that may not wait
+(``hurry``). A worker's sends go out in waves and their answers come back over a few ms:
+written as they came, a drain took ~0.18 script calls per delivery; gathered, ~0.07
+(``bench/run.py --only limit,drain1``). Nothing waits behind a lone send (an ordered lane
+of one key, an idle worker): ``more()`` is false and the write goes at once.
 
 A write that fails because Redis is unavailable (down, stalled past the socket timeout,
 read-only after a failover, busy with a script, loading) is retried, not dropped: until
@@ -55,7 +55,7 @@ class GroupCommit:
         max_batch: int = 256,
         budget: float = 10.0,
         linger: float = 0.0,
-        more: Callable[[Any], bool] | None = None,
+        more: Callable[[], bool] | None = None,
     ) -> None:
         self._write = write
         self._name = name
@@ -101,16 +101,16 @@ class GroupCommit:
             self._end_waits(key, items)
 
     def _end_waits(self, key: Any, items: list[Any]) -> None:
-        """After a submit to ``key``: end its write's wait if it has what it waited for;
-        and when nothing more is on its way for ``key``, the waits of the other keys
-        that have nothing more coming either (no submit of theirs would end them)."""
+        """After a submit to ``key``: with nothing more on its way, end every key's wait
+        (no later submit would); else end ``key``'s if its batch is full or hurried."""
+        if self._more is not None and not self._more():
+            for waiting in self._gathering.values():
+                if not waiting.done():
+                    waiting.set_result(None)
+            return
         gathering = self._gathering.get(key)
         if gathering is not None and not gathering.done() and not self._lingers(key, items):
             gathering.set_result(None)
-        if self._more is not None and not self._more(key):
-            for k, waiting in self._gathering.items():
-                if not waiting.done() and not self._lingers(k, self._pending.get(k, [])):
-                    waiting.set_result(None)
 
     def _lingers(self, key: Any, items: list[Any]) -> bool:
         """Whether ``key``'s next write may wait for more of its items."""
@@ -118,7 +118,7 @@ class GroupCommit:
             key not in self._hurried
             and len(items) < self._max
             and self._more is not None
-            and self._more(key)
+            and self._more()
         )
 
     async def drain(self) -> None:

@@ -77,7 +77,7 @@ class Worker:
         self._margin = min(2.0, settings.lease_seconds / 10)
         budget = settings.lease_seconds - self._margin
         # outcomes and verdicts wait (up to LINGER) for the rest of their wave's answers
-        answering = lambda _key: self._inflight.answering()  # noqa: E731
+        answering = self._inflight.answering
         self._recorder = GroupCommit(
             self._record, "relay-recorder", budget=budget, linger=LINGER, more=answering
         )
