@@ -178,8 +178,10 @@ class Transitions(StoreBase):
         # A first request that succeeded goes as its short form alone (id, token, a1,
         # endpoint: four values, not nine), after the others; the replies come back in
         # that order and are put back in the callers'.
-        full = [i for i, o in enumerate(outcomes) if not _short(o)]
-        short = [i for i, o in enumerate(outcomes) if _short(o)]
+        full: list[int] = []
+        short: list[int] = []
+        for i, o in enumerate(outcomes):
+            (short if _short(o) else full).append(i)
         args: list[Any] = [sk.wake, sk.lane_prefix, sk.delivery_prefix, sk.dead_tally_prefix]
         args += [sk.log_prefix, sk.event_prefix, len(full)]
         for i in full:

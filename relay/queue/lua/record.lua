@@ -82,29 +82,32 @@ local tally_prefix = ARGV[4]
 local log_prefix = ARGV[5]
 local evt_prefix = ARGV[6]
 
+-- Where a short form's fields end: the spaces after its time, duration, status code and
+-- worker (the fourth is nil when it has no detail).
+local function spaces(a1)
+  local find = string.find
+  local p1 = find(a1, " ", 1, true)
+  local p2 = find(a1, " ", p1 + 1, true)
+  local p3 = find(a1, " ", p2 + 1, true)
+  return p1, p2, p3, find(a1, " ", p3 + 1, true)
+end
+
 -- The attempt-log entry (JSON, without "n") a short form stands for, as
 -- attemptlog.expand reads it: an outcome with a short form is sent without its entry,
 -- which only a request that is not its delivery's first in the log needs.
 local function entry_of(a1)
-  local find, sub = string.find, string.sub
-  local p1 = find(a1, " ", 1, true)
-  local p2 = find(a1, " ", p1 + 1, true)
-  local p3 = find(a1, " ", p2 + 1, true)
-  local p4 = find(a1, " ", p3 + 1, true)
+  local sub = string.sub
+  local p1, p2, p3, p4 = spaces(a1)
   local detail = p4 and cjson.encode(sub(a1, p4 + 1)) or "null"
   return '{"attempt":1,"at":' .. sub(a1, 1, p1 - 1) .. ',"duration_ms":' .. sub(a1, p1 + 1, p2 - 1)
     .. ',"status_code":' .. sub(a1, p2 + 1, p3 - 1) .. ',"error":null,"detail":' .. detail
     .. ',"outcome":"succeeded","worker":' .. cjson.encode(sub(a1, p3 + 1, (p4 or 0) - 1)) .. '}'
 end
 
--- The status code a short form says (its third field; "" for none).
+-- The status code a short form says (its third field: a short form always has one).
 local function code_of(a1)
-  local find = string.find
-  local p1 = find(a1, " ", 1, true)
-  local p2 = find(a1, " ", p1 + 1, true)
-  local p3 = find(a1, " ", p2 + 1, true)
-  local c = string.sub(a1, p2 + 1, p3 - 1)
-  return c == "null" and "" or c
+  local _, p2, p3 = spaces(a1)
+  return string.sub(a1, p2 + 1, p3 - 1)
 end
 
 -- The endpoint id of a delivery whose hash has none: as given, or its event's header's
