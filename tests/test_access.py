@@ -511,3 +511,41 @@ async def test_keys_and_sessions_on_a_redis_cluster(cluster_store: Any, make_api
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {portal}"}) as s:
         async with s.get(api.url + "/v1/endpoints") as r:
             assert r.status == 401
+
+
+async def raw_get(url: str, path: str, header: bytes) -> tuple[int, str, bytes]:
+    """``GET path`` with one raw header line, over a plain socket (aiohttp's client
+    refuses to send bytes that are not UTF-8): (status, content type, body)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + header)
+    writer.write(b"\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    fields = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    types = [v for k, v in fields.items() if k.lower() == "content-type"]
+    return int(lines[0].split()[1]), (types or [""])[0], payload
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        b"\xe9t\xe9-latin-1",  # an operator-token-like value in latin-1
+        b"test-token\xff",  # the operator's token with a stray byte
+        b"rk_" + b"\xe9" * 40,  # of an API key's form
+        b"rp_\xc3\x28",  # of a portal token's form, invalid UTF-8
+    ],
+)
+async def test_a_token_that_is_not_utf8_is_401(
+    make_store: Any, make_api: Any, token: bytes
+) -> None:
+    """Seen failing: 500 (``token.encode()`` raised UnicodeEncodeError on the
+    surrogates aiohttp decodes such bytes to)."""
+    api = await make_api(await make_store())
+    for path in ("/v1/stats", "/v1/endpoints"):
+        status, kind, payload = await raw_get(api.url, path, b"Authorization: Bearer " + token)
+        assert (status, kind.split(";")[0]) == (401, "application/json"), payload[:300]
+        assert orjson.loads(payload)["error"] == "unauthorized"

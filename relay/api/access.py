@@ -103,7 +103,10 @@ async def authorize(
     token = raw.strip()
     if scheme.lower() != "bearer" or not token:
         raise error(401, "unauthorized", "missing or invalid bearer token")
-    given = token.encode()
+    try:
+        given = token.encode()
+    except UnicodeEncodeError:  # bytes that are not UTF-8 (aiohttp keeps them as surrogates)
+        raise error(401, "unauthorized", "missing or invalid bearer token") from None
     # every admin token compared, in constant time: no early exit on the first match
     admin = False
     for known in settings.api_tokens:
