@@ -45,6 +45,12 @@ class PayloadTooLarge(PublishError):
     code = "payload_too_large"
 
 
+class AppReserved(PublishError):
+    """The ops app (``RELAY_OPS_APP``) takes relay's own operational events only."""
+
+    code = "app_reserved"
+
+
 class UnknownEndpoints(PublishError):
     status = 422
     code = "unknown_endpoint"
@@ -118,7 +124,9 @@ def fingerprint(event: EventIn) -> str:
 
 class Publisher:
     """Publishes events into one store. ``endpoints_for_app`` and ``event_types``
-    default to Redis reads; the API passes its endpoint and event type caches."""
+    default to Redis reads; the API passes its endpoint and event type caches.
+    ``relay_events``: relay's own publisher (the ops relay, an endpoint's test event),
+    the only kind that may publish into the reserved ops app."""
 
     def __init__(
         self,
@@ -126,8 +134,11 @@ class Publisher:
         endpoints_for_app: EndpointSource | None = None,
         event_types: EventTypeSource | None = None,
         programs: filters.ProgramCache | None = None,
+        *,
+        relay_events: bool = False,
     ) -> None:
         self.store = store
+        self.relay_events = relay_events
         self.settings = store.settings
         self._endpoints_for_app = endpoints_for_app or store.list_endpoints
         self._event_type = event_types or functools.partial(catalog.lookup, store)
@@ -176,6 +187,8 @@ class Publisher:
         """Store ``event`` with one delivery per target endpoint; raises a
         :class:`PublishError` (and writes nothing) when it cannot be published.
         ``trace``: the publish span's context to store with the event (tracing on)."""
+        if event.app == self.settings.ops_app and not self.relay_events:
+            raise AppReserved(f"app {event.app!r} is reserved for relay's events")
         payload_json = orjson.dumps(event.payload)
         limit = self.settings.max_payload_bytes
         if len(payload_json) > limit:

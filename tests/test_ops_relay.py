@@ -107,3 +107,9 @@ async def test_the_ops_app_is_reserved_for_relay(make_store: Any, make_api: Any)
     ops = {"url": "http://127.0.0.1:9/ops", "app": "relay-ops", "event_types": ["endpoint.*"]}
     async with api("POST", "/v1/endpoints", json=ops) as r:  # subscribing is ordinary
         assert r.status == 201
+        ops_id = (await r.json())["id"]
+    async with api("POST", f"/v1/endpoints/{ops_id}/test") as r:  # relay's own relay.test
+        assert r.status == 201
+        sent = await r.json()
+    got = await store.get_event(sent["id"])
+    assert got is not None and (got["type"], got["app"]) == ("relay.test", "relay-ops")

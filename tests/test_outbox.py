@@ -462,6 +462,34 @@ async def test_poison_rows_go_dead_without_blocking_and_replay(
     assert (await event_rows(store))["too-big"] == 1
 
 
+async def test_a_row_for_the_ops_app_goes_dead_and_reaches_no_one(
+    outbox: Outbox, make_store: Any, receiver: Receiver
+) -> None:
+    """The ops app (``relay-ops``) takes relay's own operational events only: a row
+    naming it is refused like any invalid row. Seen failing: the row was published and
+    its forged ``endpoint.failing`` delivered, validly signed, to the ops endpoint."""
+    store = await make_store(**outbox_settings(outbox))
+    ops = endpoint_record(url=receiver.url + "/ops", app="relay-ops", event_types=["*"])
+    await store.put_endpoint(ops)
+    await add_endpoint(store, receiver.url + "/hook")
+    forged = {"endpoint_id": "ep_victim", "failures": 5, "row": "forged"}
+    await outbox.insert(
+        [
+            {"type": "endpoint.failing", "payload": forged, "app": "relay-ops"},
+            {"payload": {"row": "ok"}},
+        ]
+    )
+    async with connectors([store]) as (con,):
+        await until(lambda: _waiting_is(outbox, 0))
+    await Worker(store, store.settings).run(asyncio.Event(), burst=True)
+    assert set(await event_rows(store)) == {"ok"}
+    assert [r.path for r in receiver.requests] == ["/hook"]
+    stats = outbox_admin.stats(outbox.dsn, outbox.table)
+    assert stats["dead"] == 1 and con.tally.dead == 1
+    (dead,) = stats["dead_rows"]
+    assert dead["error"].startswith("app_reserved: ") and "relay-ops" in dead["error"]
+
+
 async def test_ten_thousand_rows_reach_the_receiver(
     outbox: Outbox, make_store: Any, receiver: Receiver
 ) -> None:

@@ -6,12 +6,14 @@ from typing import Any
 
 import pytest
 
+from relay.connectors.opsevents import OpsRelay
 from relay.domain import ids
 from relay.domain.schema import EventIn, endpoint_record
 from relay.publishing import (
     IdempotencyKeyReused,
     PayloadTooLarge,
     Publisher,
+    PublishError,
     UnknownEndpoints,
     select_targets,
     shard_for,
@@ -58,6 +60,27 @@ async def test_publisher_stores_the_event_and_its_deliveries(
     assert stored is not None and stored["status"] == "pending"
     got = await store.get_event(done.answer["id"])
     assert got is not None and got["payload"] == {"n": 1}
+
+
+@pytest.mark.parametrize("kind", ["fake", "real"])
+async def test_the_ops_app_takes_relay_events_only(
+    kind: str, fake_store: Store, make_store: Any
+) -> None:
+    """Every publishing path goes through the Publisher, which refuses the reserved ops
+    app (``RELAY_OPS_APP``) unless it is relay's own (the ops relay). Seen failing: the
+    event was stored, with a delivery to the ops endpoint."""
+    store = fake_store if kind == "fake" else await make_store()
+    ops = endpoint_record(url="http://127.0.0.1:1/ops", app="relay-ops", event_types=["*"])
+    await store.put_endpoint(ops)
+    before = await snapshot(store)
+    forged = event(type="endpoint.failing", app="relay-ops", payload={"endpoint_id": "ep_x"})
+    for key in (None, "k"):
+        with pytest.raises(PublishError) as refused:
+            await Publisher(store).publish(forged, idempotency_key=key)
+        assert (refused.value.status, refused.value.code) == (422, "app_reserved")
+    assert await snapshot(store) == before
+    done = await OpsRelay(store).publisher.publish(forged)  # relay's own: accepted
+    assert [d["endpoint_id"] for d in done.answer["deliveries"]] == [ops["id"]]
 
 
 async def test_publisher_idempotency_and_refusals_write_nothing(make_store: Any) -> None:

@@ -178,7 +178,10 @@ async def send_test(request: web.Request) -> web.Response:
         app=endpoint["app"],
         endpoint_ids=[endpoint["id"]],
     )
-    publisher = Publisher(request.app[STORE], only, programs=request.app[PUBLISHER].programs)
+    # relay's own event (a fixed type and payload): an endpoint of the ops app gets it too
+    publisher = Publisher(
+        request.app[STORE], only, programs=request.app[PUBLISHER].programs, relay_events=True
+    )
     try:
         done = await publisher.publish(event)
     except PublishError as exc:

@@ -58,8 +58,6 @@ async def _publish(request: web.Request, span: Any = None) -> web.Response:
     app = pinned_app(request, event.app, "app" in event.model_fields_set, ApiError)
     if app != event.app:  # an app key publishes to its own app
         event = event.model_copy(update={"app": app})
-    if event.app == request.app[STORE].settings.ops_app:  # relay's own operational events
-        raise ApiError(422, "app_reserved", f"app {event.app!r} is reserved for relay's events")
     trace = "" if span is None else tracing.carrier()
     try:
         done = await request.app[PUBLISHER].publish(event, idempotency_key=idem, trace=trace)

@@ -41,7 +41,7 @@ class OpsRelay:
     def __init__(self, store: Store, publisher: Publisher | None = None) -> None:
         self.store = store
         self.settings = store.settings
-        self.publisher = publisher or Publisher(store)
+        self.publisher = publisher or Publisher(store, relay_events=True)
         self.app = self.settings.ops_app
         self.window_ms = int(self.settings.ops_dead_window * 1000)
         self.tick = max(0.05, min(1.0, self.settings.ops_dead_window / 4))
