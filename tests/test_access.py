@@ -17,6 +17,7 @@ The catalog's routes (``{name}``) and ordered delivery's discard have their rows
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import re
 import uuid
@@ -28,10 +29,12 @@ import orjson
 import pytest
 import structlog
 from aiohttp import web
+from conftest import publish_event
 
 from relay.api import create_app
 from relay.delivery.worker import Worker
 from relay.domain.access import token_hash
+from relay.domain.schema import endpoint_record
 
 pytestmark = pytest.mark.realredis
 
@@ -549,3 +552,75 @@ async def test_a_token_that_is_not_utf8_is_401(
         status, kind, payload = await raw_get(api.url, path, b"Authorization: Bearer " + token)
         assert (status, kind.split(";")[0]) == (401, "application/json"), payload[:300]
         assert orjson.loads(payload)["error"] == "unauthorized"
+
+
+def revealed(cursor: str) -> str:
+    """Whatever a client can read out of a cursor: its base64 decoded, as text."""
+    raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    return raw.decode("latin-1")
+
+
+async def test_a_cursor_reveals_nothing_and_serves_only_its_own_app(
+    make_store: Any, make_api: Any
+) -> None:
+    """A listing of B that scans A's deliveries (and finds none of B's) still gives a
+    cursor to go on with: it holds no id or time of A's, and only B's callers can use
+    it. Seen failing: B's empty page carried a ``next_cursor`` that decoded to
+    ``[<created ms>, "<A's delivery id>"]``."""
+    store = await make_store()
+    api = await make_api(store)
+    ep = endpoint_record(url="http://127.0.0.1:9/a", app="A")
+    await store.put_endpoint(ep)
+    a_ids, a_times = set(), set()
+    for _ in range(260):  # more than one page's scan budget (200 index entries)
+        event_id, dlvs, _ = await publish_event(store, [ep["id"]], app="A")
+        a_ids |= {event_id, *dlvs}
+    for d in a_ids:
+        if d.startswith("dlv_"):
+            a_times.add(str((await store.get_delivery(d, with_log=False) or {})["created_at"]))
+
+    async def key(app: str) -> str:
+        async with api("POST", "/v1/api-keys", json={"app": app, "scopes": ["read"]}) as r:
+            return str((await r.json())["token"])
+
+    as_a = aiohttp.ClientSession(headers={"Authorization": f"Bearer {await key('A')}"})
+    as_b = aiohttp.ClientSession(headers={"Authorization": f"Bearer {await key('B')}"})
+    try:
+
+        async def page(session: Any, cursor: str | None, limit: int = 1) -> tuple[int, Any]:
+            params = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
+            async with session.get(api.url + "/v1/deliveries", params=params) as r:
+                return r.status, await r.json()
+
+        cursors: list[str] = []
+        cursor = None
+        for _ in range(10):  # B's walk: empty pages, each with a cursor, then the end
+            status, got = await page(as_b, cursor)
+            assert status == 200 and got["data"] == []
+            cursor = got["next_cursor"]
+            if cursor is None:
+                break
+            cursors.append(cursor)
+        assert cursor is None and cursors, "B's listing ends, after a page cut short"
+        for c in cursors:
+            text = revealed(c)
+            assert [i for i in a_ids if i in text or i[4:] in text] == []
+            assert [t for t in a_times if t in text or t[:10] in text] == []
+        # B's cursor is B's: refused to A's key and to the operator, changing nothing
+        for session in (as_a, api.session):
+            status, got = await page(session, cursors[0])
+            assert (status, got["error"]) == (400, "invalid_cursor"), got
+        # A pages through its own deliveries: each once, none lost
+        seen: list[str] = []
+        cursor = None
+        while True:
+            status, got = await page(as_a, cursor, limit=7)
+            assert status == 200
+            seen += [d["id"] for d in got["data"]]
+            cursor = got["next_cursor"]
+            if cursor is None:
+                break
+        assert len(seen) == len(set(seen)) and set(seen) == {i for i in a_ids if "dlv_" in i}
+    finally:
+        await as_a.close()
+        await as_b.close()

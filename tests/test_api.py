@@ -445,8 +445,7 @@ async def test_unknown_ids_are_404(env: tuple[Store, Any]) -> None:
         {"limit": "abc"},
         {"limit": "-1"},
         {"status": "bogus"},
-        {"cursor": "not-a-cursor"},
-        {"cursor": "W251bGxd"},
+        {"cursor": "x" * 513},
         {"colour": "red"},
     ],
 )
@@ -455,6 +454,26 @@ async def test_bad_delivery_query_is_422(env: tuple[Store, Any], params: dict[st
     await publish(api, type="a")
     before = await snapshot(store)
     assert_error(*await call(api, "GET", "/v1/deliveries", params=params), 422, "validation_error")
+    assert await snapshot(store) == before
+
+
+@pytest.mark.parametrize("cursor", ["not-a-cursor", "W251bGxd", "WzEuMCwiZGx2X3giXQ", ""])
+async def test_a_cursor_relay_did_not_make_is_400(env: tuple[Store, Any], cursor: str) -> None:
+    """Cursors are sealed: garbage, a readable ``[score, id]`` (``WzEuMCwiZGx2X3giXQ``)
+    and a sealed one changed by a character are all ``invalid_cursor``. Seen failing:
+    422 ``validation_error`` for the garbage, 200 for the readable one."""
+    store, api = env
+    await new_endpoint(api)
+    for _ in range(3):
+        await publish(api, type="a")
+    status, page = await call(api, "GET", "/v1/deliveries", params={"limit": "1"})
+    assert status == 200
+    made = page["next_cursor"]
+    tampered = made[:-2] + ("A" if made[-2] != "A" else "B") + made[-1]
+    before = await snapshot(store)
+    for bad in (cursor or tampered, made + "x"):
+        got = await call(api, "GET", "/v1/deliveries", params={"limit": "1", "cursor": bad})
+        assert_error(*got, 400, "invalid_cursor")
     assert await snapshot(store) == before
 
 

@@ -429,6 +429,7 @@ async def lifecycle(store: Store) -> None:
     assert await store.revoke_api_key("key_k")
     assert (await store.authenticate("h3", 10, 5)).state == "unknown"  # ended with its key
     assert (await store.authenticate("h2", 10, 5)).state == "ok"
+    assert await store.cursor_key() == await store.cursor_key(fresh=True)  # sealing cursors
 
     swept = await store.expire_shard(sk, succeeded_before=10**15, dead_before=10**15, limit=100)
     assert swept.deliveries == 6 and swept.events == 1  # the event went with its last one

@@ -199,6 +199,7 @@ async def test_every_documented_answer_matches(
         "GET", "/v1/deliveries", 200, path=f"/v1/deliveries?status=dead&endpoint_id={gone['id']}"
     )
     await check("GET", "/v1/deliveries", 422, path="/v1/deliveries?status=lost")
+    await check("GET", "/v1/deliveries", 400, path="/v1/deliveries?cursor=WzEuMCwiZGx2X3giXQ")
     await check("GET", "/v1/deliveries", 401, session=anon)
     dlv = "/v1/deliveries/{id}"
     for d in (succeeded, dead, pending):
@@ -234,6 +235,7 @@ async def test_every_documented_answer_matches(
     await check("GET", "/v1/ui/overview", 401, session=anon)
     await check("GET", "/v1/ui/deliveries", 200, path="/v1/ui/deliveries?type=order.*")
     await check("GET", "/v1/ui/deliveries", 422, path="/v1/ui/deliveries?limit=0")
+    await check("GET", "/v1/ui/deliveries", 400, path="/v1/ui/deliveries?cursor=nope")
     await check("GET", "/v1/ui/deliveries", 401, session=anon)
     view = "/v1/ui/deliveries/{id}"
     for d in (succeeded, dead, pending):

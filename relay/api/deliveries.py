@@ -18,6 +18,7 @@ from relay.api.models import (
     ReplayOut,
     UiDeliveryQuery,
 )
+from relay.domain import cursors
 from relay.endpoints.health import Health
 
 
@@ -26,7 +27,7 @@ from relay.endpoints.health import Health
     "/v1/deliveries",
     summary="List deliveries, newest first",
     query=DeliveryQuery,
-    responses={200: DeliveryList, 422: ErrorOut},
+    responses={200: DeliveryList, 400: ErrorOut, 422: ErrorOut},
 )
 async def list_(request: web.Request) -> web.Response:
     return await listing(request, DeliveryQuery)
@@ -35,22 +36,50 @@ async def list_(request: web.Request) -> web.Response:
 async def listing(
     request: web.Request, model: type[DeliveryQuery | UiDeliveryQuery]
 ) -> web.Response:
-    """One page of deliveries for a query of ``model`` (the API's, or the dashboard's)."""
+    """One page of deliveries for a query of ``model`` (the API's, or the dashboard's).
+    The cursor is sealed for the caller's scope (:mod:`relay.domain.cursors`)."""
     q = query(request, model)
+    store = request.app[STORE]
+    app = scoped_app(request)  # a key lists its own app's only
     try:
-        rows, cursor = await request.app[STORE].list_deliveries(
+        rows, position = await store.list_deliveries(
             status=q.status,
             endpoint_id=q.endpoint_id,
             event_id=getattr(q, "event_id", None),
             event_type=q.type,
             limit=q.limit,
-            cursor=q.cursor,
-            app=scoped_app(request),  # a key lists its own app's only
+            cursor=await _position(request, q.cursor),
+            app=app,
         )
-    except ValueError as exc:
-        raise ApiError(422, "validation_error", f"cursor: {exc}") from None
-    await Health(request.app[STORE]).explain_waits(rows)
+    except ValueError:  # a position relay sealed but cannot read: its own older format
+        raise _invalid_cursor() from None
+    await Health(store).explain_waits(rows)
+    cursor = None if position is None else cursors.seal(await store.cursor_key(), app, position)
     return json({"data": rows, "next_cursor": cursor})
+
+
+def _invalid_cursor() -> ApiError:
+    return ApiError(
+        400, "invalid_cursor", "cursor is not one relay made for this caller; list from the start"
+    )
+
+
+async def _position(request: web.Request, cursor: str | None) -> str | None:
+    """The position a sealed cursor holds, or 400 ``invalid_cursor``."""
+    if not cursor:
+        return None
+    store, app = request.app[STORE], scoped_app(request)
+    key = await store.cursor_key()
+    try:
+        return cursors.unseal(key, app, cursor)
+    except cursors.InvalidCursor:
+        fresh = await store.cursor_key(fresh=True)  # sealed with a key made since?
+        if fresh == key:
+            raise _invalid_cursor() from None
+    try:
+        return cursors.unseal(fresh, app, cursor)
+    except cursors.InvalidCursor:
+        raise _invalid_cursor() from None
 
 
 @route(

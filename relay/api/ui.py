@@ -260,7 +260,7 @@ async def overview(request: web.Request) -> web.Response:
     "/v1/ui/deliveries",
     summary="Dashboard: deliveries, newest first, filterable by event type too",
     query=UiDeliveryQuery,
-    responses={200: DeliveryList, 422: ErrorOut},
+    responses={200: DeliveryList, 400: ErrorOut, 422: ErrorOut},
 )
 async def deliveries(request: web.Request) -> web.Response:
     return await listing(request, UiDeliveryQuery)

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from relay.domain import cursors
 from relay.queue.base import StoreBase
 
 PORTAL_LINGER_MS = 86_400_000  # an expired portal token says "token_expired" for a day
@@ -35,6 +36,21 @@ class Authenticated:
 
 
 class AuthRecords(StoreBase):
+    _cursor_key: bytes | None = None
+
+    async def cursor_key(self, *, fresh: bool = False) -> bytes:
+        """The key sealing list cursors, the same for every API replica: made at random
+        by the first that needs it (``SET NX``), then kept in memory. ``fresh``: read it
+        again (a cursor that does not open may be sealed with a key made after this
+        process read its own: the first lost in a failover)."""
+        if self._cursor_key is None or fresh:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.set(self.keys.cursor_key, cursors.new_key().hex(), nx=True)
+                pipe.get(self.keys.cursor_key)
+                _, value = await pipe.execute()
+            self._cursor_key = bytes.fromhex(value)
+        return self._cursor_key
+
     async def authenticate(self, token_hash: str, rate: float, burst: int) -> Authenticated:
         """The credential of ``token_hash``, its request charged to its rate limit."""
         res = await self.scripts.authenticate(

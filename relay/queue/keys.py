@@ -53,6 +53,7 @@ key                                        type    holds
 ``relay:v3:{auth}:cred:<token_sha256>``    string  credential of a token hash: kind, id, app, scopes
 ``relay:v3:{auth}:sessions:<key_id>``      set     portal sessions that key opened (token hashes)
 ``relay:v3:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
+``relay:v3:{auth}:cursor_key``             string  the key sealing list cursors (hex, random)
 ``relay:v3:{cfg}:ops``                     list    ops outbox: endpoint disabled / enabled events
 ``relay:v3:{tag}:guard``                   none    never written: every script call declares it
 =========================================  ======  =============================================
@@ -291,6 +292,11 @@ class Keys:
 
     def api_rate(self, token_hash: str) -> str:
         return f"{self._root}{{auth}}:rate:{token_hash}"
+
+    @property
+    def cursor_key(self) -> str:
+        """The key every API replica seals list cursors with (relay.domain.cursors)."""
+        return f"{self._root}{{auth}}:cursor_key"
 
     def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
         base = f"{self._root}{{{endpoint_id}}}:"
