@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import inspect
 import re
 import time
@@ -82,8 +83,8 @@ def builders(keys: Keys) -> Iterator[tuple[str, str, str]]:
             continue
         value = call(keys, name)
         if isinstance(value, EndpointKeys):
-            for f in ("breaker", "rate", "inflight", "ops"):
-                yield f"Keys.{name}.{f}", "key", getattr(value, f)
+            for f in dataclasses.fields(value):
+                yield f"Keys.{name}.{f.name}", "key", getattr(value, f.name)
             yield "guard_key(endpoint)", "key", guard_key(value.breaker)
         else:
             yield f"Keys.{name}", "channel" if name in channels else "key", value

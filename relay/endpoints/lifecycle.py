@@ -10,7 +10,8 @@
 * hold: a disabled endpoint's claimed deliveries are parked, then the endpoint is read
   again, and if it was re-enabled (or deleted) meanwhile they are resumed at once;
 * delete: the endpoint goes, its held deliveries come back (and, their endpoint gone,
-  are recorded dead), and its breaker, rate and in-flight state is dropped.
+  are recorded dead), and its breaker, rate and in-flight state is dropped, a tombstone
+  left so that sends still in flight settle nothing back.
 
 Writers always write the endpoint before they resume, so the re-check in :meth:`hold`
 closes the race with a re-enable that lands between a worker's read and its hold.

@@ -19,6 +19,10 @@ from relay.domain import ids
 from relay.queue.base import StoreBase
 from relay.queue.records import Admission, Settled
 
+# How long a deleted endpoint's tombstone lives: far past the last send in flight
+# (RELAY_HTTP_TIMEOUT, a lease) that could still settle.
+TOMBSTONE_MS = 86_400_000
+
 
 class EndpointRecords(StoreBase):
     # ------------------------------------------------------------------ records
@@ -134,9 +138,12 @@ class EndpointRecords(StoreBase):
     # ------------------------------------------------------------------ shared health state
 
     async def delete_endpoint_state(self, endpoint_id: str) -> None:
-        """Drop an endpoint's breaker, rate and in-flight keys (one slot: its own tag)."""
+        """Drop a deleted endpoint's breaker, rate and in-flight keys and leave its
+        tombstone, so a late settle writes nothing (``endpoint_forget.lua``)."""
         ek = self.keys.endpoint_state(endpoint_id)
-        await self.redis.delete(ek.breaker, ek.rate, ek.inflight)
+        await self.scripts.endpoint_forget(
+            keys=[ek.breaker, ek.rate, ek.inflight, ek.ops, ek.deleted], args=[TOMBSTONE_MS]
+        )
 
     async def admit(
         self,
@@ -174,7 +181,7 @@ class EndpointRecords(StoreBase):
         for token, verdict in results:
             args += [token, verdict]
         args += [ids.ops_entry_id(), endpoint_id]
-        r = await self.scripts.settle(keys=[ek.breaker, ek.inflight, ek.ops], args=args)
+        r = await self.scripts.settle(keys=[ek.breaker, ek.inflight, ek.ops, ek.deleted], args=args)
         return Settled(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]))
 
     async def breaker_states(self, endpoint_ids: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -40,6 +40,7 @@ key                                        type    holds
 ``relay:v3:{ep_X}:rate``                   string  rate limit: GCRA theoretical arrival time (ms)
 ``relay:v3:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
 ``relay:v3:{ep_X}:opsbox``                 list    ops outbox: breaker opened / closed events
+``relay:v3:{ep_X}:deleted``                string  tombstone of a deleted ep_X (expires)
 ``relay:v3:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
 ``relay:v3:{cfg}:app:<app>``               set     endpoint ids of one app
 ``relay:v3:{cfg}:event_types``             hash    event type name -> event type JSON (catalog)
@@ -208,6 +209,7 @@ class EndpointKeys:
     rate: str
     inflight: str
     ops: str  # its ops outbox: endpoint.failing / endpoint.recovered, written by settle.lua
+    deleted: str  # tombstone: the endpoint was deleted, late settles write nothing
 
 
 @dataclass(frozen=True)
@@ -300,7 +302,9 @@ class Keys:
 
     def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
         base = f"{self._root}{{{endpoint_id}}}:"
-        return EndpointKeys(base + "breaker", base + "rate", base + "inflight", base + "opsbox")
+        return EndpointKeys(
+            base + "breaker", base + "rate", base + "inflight", base + "opsbox", base + "deleted"
+        )
 
 
 def guard_key(key: str) -> str:

@@ -57,6 +57,7 @@ NAMES = (
     "discard",
     "endpoint_put",
     "endpoint_delete",
+    "endpoint_forget",
     "endpoints_for_app",
     "admit",
     "settle",

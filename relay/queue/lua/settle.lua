@@ -11,7 +11,7 @@
 -- Called by Store.settle (relay/queue/endpoints.py).
 --
 -- KEYS[1] breaker (hash)   EndpointKeys.breaker   KEYS[2] in-flight slots (zset)   EndpointKeys.inflight
--- KEYS[3] ops outbox (list)  EndpointKeys.ops
+-- KEYS[3] ops outbox (list)  EndpointKeys.ops   KEYS[4] tombstone (string)  EndpointKeys.deleted
 -- ARGV[1] threshold   ARGV[2] base cooldown, ms   ARGV[3] max cooldown, ms
 -- ARGV[4] n, the number of results
 -- ARGV[5..4+2n] per result, two values: claim token, "1" success / "0" failure (or
@@ -26,10 +26,18 @@
 --
 -- The breaker hash is read once (HMGET), the results applied to that copy in order, and
 -- what changed written back once (one HSET, one HDEL when a field goes): a batch of
--- successes to a healthy endpoint costs three commands, whatever its size.
+-- successes to a healthy endpoint costs four commands (with the tombstone's EXISTS),
+-- whatever its size.
+--
+-- A deleted endpoint (its tombstone, endpoint_forget.lua) keeps no state: the results
+-- settle nothing and the breaker and slots are dropped, so nothing comes back.
 --
 -- Returns {state, consecutive failures, open_until, failing_since (ms or 0), last_success_at,
 --          ops entries appended}
+if redis.call("EXISTS", KEYS[4]) == 1 then
+  redis.call("DEL", KEYS[1], KEYS[2])
+  return {"closed", 0, 0, 0, 0, 0}
+end
 local t = redis.call("TIME")
 local now_s = t[1] .. string.sub(string.rep("0", 6 - #t[2]) .. t[2], 1, 3)  -- ms
 local now = tonumber(now_s)  -- set() makes strings: now_s spares a number's formatting
