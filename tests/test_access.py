@@ -30,6 +30,7 @@ import pytest
 import structlog
 from aiohttp import web
 from conftest import publish_event
+from test_api import snapshot
 
 from relay.api import create_app
 from relay.delivery.worker import Worker
@@ -486,6 +487,9 @@ def test_tenancy_settings() -> None:
         ("RELAY_PORTAL_FRAME_ANCESTORS", "https://a.example.com; script-src *"),
         ("RELAY_PORTAL_FRAME_ANCESTORS", "'unsafe-inline'"),
         ("RELAY_PUBLIC_URL", "ftp://x"),
+        ("RELAY_PUBLIC_URL", "https://a@evil.example"),
+        ("RELAY_PUBLIC_URL", "https://hooks.example.com/?x"),
+        ("RELAY_PUBLIC_URL", "https://hooks.example.com/#x"),
         ("RELAY_PORTAL_TTL", "0"),
     ):
         with pytest.raises(SettingsError):
@@ -516,13 +520,15 @@ async def test_keys_and_sessions_on_a_redis_cluster(cluster_store: Any, make_api
             assert r.status == 401
 
 
-async def raw_get(url: str, path: str, header: bytes) -> tuple[int, str, bytes]:
+async def raw_get(
+    url: str, path: str, header: bytes, *, method: bytes = b"GET", host: bytes = b"127.0.0.1"
+) -> tuple[int, str, bytes]:
     """``GET path`` with one raw header line, over a plain socket (aiohttp's client
     refuses to send bytes that are not UTF-8): (status, content type, body)."""
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + header)
-    writer.write(b"\r\nConnection: close\r\n\r\n")
+    address, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(address, int(port))
+    writer.write(method + b" " + path.encode() + b" HTTP/1.1\r\nHost: " + host + b"\r\n")
+    writer.write(header + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
     await writer.drain()
     answer = await asyncio.wait_for(reader.read(), 5)
     writer.close()
@@ -624,3 +630,68 @@ async def test_a_cursor_reveals_nothing_and_serves_only_its_own_app(
     finally:
         await as_a.close()
         await as_b.close()
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        b"a@evil.example",
+        b"evil.example",
+        b"evil.example:8080",
+        b"127.0.0.1@evil.example",
+        b"127.0.0.1:80@evil.example",
+        b"evil.example/portal/x?",
+        b"127.0.0.1/../evil.example",
+        b"127.0.0.1:99999",
+        b"127.0.0.1:8x",
+        b"127.0.0.1 evil.example",
+        b"[::1]@evil.example",
+        b"localhost.evil.example",
+        b"",
+    ],
+)
+async def test_without_a_public_url_a_portal_link_needs_a_loopback_host(
+    make_store: Any, make_api: Any, host: bytes
+) -> None:
+    """No ``RELAY_PUBLIC_URL``: the link is built from the request's Host only when that
+    is a plain loopback ``host[:port]`` (a developer's machine); anything else is 400
+    ``public_url_required`` and opens no session. Seen failing: 201 with
+    ``http://a@evil.example/portal/#token=rp_...``."""
+    store = await make_store()
+    api = await make_api(store)
+    before = await snapshot(store)
+    status, _, payload = await raw_get(
+        api.url, "/v1/apps/A/portal", b"Authorization: Bearer test-token", method=b"POST",
+        host=host,
+    )  # fmt: skip
+    assert status == 400, payload[:300]
+    got = orjson.loads(payload)
+    assert got["error"] == "public_url_required" and "RELAY_PUBLIC_URL" in got["message"]
+    assert await snapshot(store) == before
+
+
+@pytest.mark.parametrize(
+    "host", ["localhost", "localhost:8080", "127.0.0.1:1", "127.9.9.9", "[::1]:80"]
+)
+async def test_a_loopback_host_builds_the_portal_link(
+    make_store: Any, make_api: Any, host: str
+) -> None:
+    api = await make_api(await make_store())
+    status, _, payload = await raw_get(
+        api.url, "/v1/apps/A/portal", b"Authorization: Bearer test-token", method=b"POST",
+        host=host.encode(),
+    )  # fmt: skip
+    assert status == 201, payload[:300]
+    made = orjson.loads(payload)
+    assert made["url"] == f"http://{host}/portal/#token={made['token']}"
+    # with RELAY_PUBLIC_URL set, the Host is not used at all
+    public = await make_api(await make_store(public_url="https://hooks.example.com"))
+    status, _, payload = await raw_get(
+        public.url, "/v1/apps/A/portal", b"Authorization: Bearer test-token", method=b"POST",
+        host=b"a@evil.example",
+    )  # fmt: skip
+    made = orjson.loads(payload)
+    assert (status, made["url"]) == (
+        201,
+        f"https://hooks.example.com/portal/#token={made['token']}",
+    )

@@ -288,6 +288,8 @@ async def test_every_documented_answer_matches(
     portal = "/v1/apps/{app}/portal"
     await check("POST", portal, 201, path="/v1/apps/default/portal")
     await check("POST", portal, 422, path="/v1/apps/%20bad/portal")
+    elsewhere = {"Host": "relay.example.com"}  # no RELAY_PUBLIC_URL, not a loopback Host
+    await check("POST", portal, 400, path="/v1/apps/default/portal", headers=elsewhere)
     await check("POST", portal, 401, path="/v1/apps/default/portal", session=anon)
     await check("POST", portal, 403, path="/v1/apps/default/portal", headers=as_pub)
     manager = await check("POST", keys, 201, json={"app": "other", "scopes": ["manage"]})

@@ -123,15 +123,35 @@ async def revoke(request: web.Request) -> web.Response:
 
 
 def base_url(request: web.Request) -> str:
+    """``RELAY_PUBLIC_URL``; unset, the request's own scheme and Host, when that Host is a
+    loopback ``host[:port]`` (else 400 ``public_url_required``: a Host is the client's
+    word, and a link built from it could send the token to another site)."""
     public = request.app[SETTINGS].public_url
-    return public or f"{request.scheme}://{request.host}"
+    if public:
+        return public
+    host = request.headers.get("Host", "")
+    if not access.loopback_host(host):
+        raise ApiError(
+            400,
+            "public_url_required",
+            "RELAY_PUBLIC_URL is not set and this request's Host is not a loopback "
+            "host[:port]; set RELAY_PUBLIC_URL to the API's public base URL",
+        )
+    return f"{request.scheme}://{host}"
 
 
 @route(
     "POST",
     "/v1/apps/{app}/portal",
     summary="Open a portal session for one app: a URL for the app's customer",
-    responses={201: PortalOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut, 503: ErrorOut},
+    responses={
+        201: PortalOut,
+        400: ErrorOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        422: ErrorOut,
+        503: ErrorOut,
+    },
     body_required=False,
 )
 async def portal_session(request: web.Request) -> web.Response:
@@ -141,6 +161,7 @@ async def portal_session(request: web.Request) -> web.Response:
     except ValidationError:
         raise ApiError(422, "validation_error", f"app: {app!r} is not an app name") from None
     settings = request.app[SETTINGS]
+    base = base_url(request)  # before anything is written
     who = principal(request)
     token = access.new_token(access.PORTAL_TOKEN_PREFIX)
     expires_at = await request.app[STORE].create_portal_session(
@@ -151,7 +172,7 @@ async def portal_session(request: web.Request) -> web.Response:
         ttl_ms=int(settings.portal_ttl * 1000),
         opened_by=None if who.is_admin else who.id,  # revoking that key ends the session
     )
-    url = f"{base_url(request)}/portal/#token={token}"
+    url = f"{base}/portal/#token={token}"
     return json({"url": url, "token": token, "expires_at": expires_at}, status=201)
 
 

@@ -14,6 +14,7 @@ a bearer token and the rule of the route, and asks :func:`refusal` whether to go
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 import secrets
 from dataclasses import dataclass
@@ -134,4 +135,28 @@ def parse_public_url(raw: str) -> str:
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("expected an http:// or https:// URL")
+    if "@" in parts.netloc or parts.query or parts.fragment or raw.endswith(("?", "#")):
+        raise ValueError("expected a base URL: no user, query or fragment")
     return raw.rstrip("/")
+
+
+_HOST = re.compile(
+    r"(?P<name>[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(?::(?P<port>[0-9]{1,5}))?"
+)
+
+
+def loopback_host(host: str) -> bool:
+    """Whether a request's ``Host`` is a plain ``host[:port]`` naming this machine's
+    loopback (``localhost``, ``127.0.0.0/8``, ``[::1]``): the only Host a portal link is
+    built from when ``RELAY_PUBLIC_URL`` is unset. Nothing else is trusted: a Host is
+    whatever the client sent."""
+    found = _HOST.fullmatch(host)
+    if found is None or int(found["port"] or 0) > 65535:
+        return False
+    name = found["name"].strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
