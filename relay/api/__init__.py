@@ -28,6 +28,7 @@ from relay.api.common import (
     SETTINGS,
     STORE,
     errors_and_auth,
+    max_request_bytes,
 )
 from relay.endpoints.cache import EndpointCache
 from relay.endpoints.catalog import EventTypeCache
@@ -37,15 +38,15 @@ from relay.settings import Settings
 
 log = structlog.get_logger("relay.api")
 
-REQUEST_OVERHEAD = 64 * 1024  # room for the envelope around the largest payload
-
 
 def create_app(settings: Settings, store: Store | None = None) -> web.Application:
     """The API app. Without ``store`` it connects to Redis on start and closes on stop."""
     rawerrors.install()  # aiohttp's own error answers: JSON, and no header in the log
     app = web.Application(
         middlewares=[errors_and_auth],
-        client_max_size=settings.max_payload_bytes * 2 + REQUEST_OVERHEAD,
+        client_max_size=max_request_bytes(settings),
+        # bodies reach relay as sent: relay.api.bodies decodes them
+        handler_args={"auto_decompress": False},
     )
     app[SETTINGS] = settings
 

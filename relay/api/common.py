@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from pydantic import BaseModel, ValidationError
 
-from relay.api import access
+from relay.api import access, bodies
 from relay.domain import jsonlimits
 from relay.endpoints.cache import EndpointCache
 from relay.endpoints.catalog import EventTypeCache
@@ -33,6 +33,8 @@ ENDPOINT_CACHE = web.AppKey("endpoint_cache", EndpointCache)
 EVENT_TYPE_CACHE = web.AppKey("event_type_cache", EventTypeCache)
 PUBLISHER = web.AppKey("publisher", Publisher)
 SETTINGS = web.AppKey("settings", Settings)
+
+REQUEST_OVERHEAD = 64 * 1024  # room for the envelope around the largest payload
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
@@ -82,16 +84,33 @@ def validate(model: type[M], data: Any) -> M:
         raise ApiError(422, code, text, details=details) from None
 
 
-async def body(request: web.Request, model: type[M]) -> tuple[M, bytes]:
-    """Read, parse and validate a JSON body; returns the model and the raw bytes."""
+def max_request_bytes(settings: Settings) -> int:
+    """The largest request body the API reads, as sent and as decoded."""
+    return settings.max_payload_bytes * 2 + REQUEST_OVERHEAD
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, its Content-Encoding decoded (relay.api.bodies)."""
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, "payload_too_large", "request body is too large") from None
-    except RequestPayloadError:  # e.g. Content-Encoding: gzip on a body that is not gzip
-        raise ApiError(
-            400, "invalid_body", "request body could not be read (check Content-Encoding)"
-        ) from None
+    except RequestPayloadError:  # its framing broke (chunked): the parser is out of step
+        raise ApiError(400, "invalid_body", "request body could not be read") from None
+    header = ",".join(request.headers.getall("Content-Encoding", ()))
+    try:
+        return bodies.decode(header, raw, max_request_bytes(request.app[SETTINGS]))
+    except bodies.BodyTooLarge:
+        raise ApiError(413, "payload_too_large", "request body is too large") from None
+    except bodies.BodyError as exc:
+        refused = ApiError(400, "invalid_body", str(exc))
+        refused.headers["Accept-Encoding"] = bodies.ACCEPTED
+        raise refused from None
+
+
+async def body(request: web.Request, model: type[M]) -> tuple[M, bytes]:
+    """Read, parse and validate a JSON body; returns the model and the raw bytes."""
+    raw = await read_body(request)
     if not raw:
         raise ApiError(400, "invalid_json", "request body is empty; send a JSON object")
     try:
