@@ -220,6 +220,37 @@ async def test_a_pooled_client_survives_a_refused_body(
         assert len(opened) == (2 if closes else 1)
 
 
+async def test_a_parser_error_answer_says_connection_close(env: tuple[Store, Any]) -> None:
+    """aiohttp's parser refuses a header line with a DEL byte and closes the connection:
+    the answer says so. Before: an HTTP/1.0 answer with no Connection header."""
+    _, api = env
+    port = int(api.url.rsplit(":", 1)[1])
+    out = await _raw_exchange(
+        port, [b"GET /healthz HTTP/1.1\r\nHost: relay\r\nBad\x7fName: 1\r\n\r\n"]
+    )
+    head = out.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.startswith(b"http/1.1 400") or head.startswith(b"http/1.0 400"), out
+    assert b"\r\nconnection: close" in head, out
+
+
+async def test_an_error_before_the_body_arrived_says_connection_close(
+    env: tuple[Store, Any],
+) -> None:
+    """A 401 answered while the body is still on its way: the server will not wait for
+    the rest of it for ever, so the answer says ``Connection: close``. Before: no
+    Connection header, and the connection closed unannounced once the body was late."""
+    _, api = env
+    port = int(api.url.rsplit(":", 1)[1])
+    head = (
+        b"POST /v1/events HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer wrong\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+    )
+    out = await _raw_exchange(port, [head + b'{"type": '], within=2.0)
+    answer = out.split(b"\r\n\r\n", 1)[0].lower()
+    assert answer.startswith(b"http/1.1 401"), out
+    assert b"\r\nconnection: close" in answer, out
+
+
 async def test_an_error_after_the_whole_body_keeps_the_connection(
     env: tuple[Store, Any],
 ) -> None:

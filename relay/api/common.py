@@ -168,8 +168,26 @@ def route(
     return register
 
 
+def _announce_close(request: web.Request, answer: web.StreamResponse) -> None:
+    """An answer sent before the request's body was all received says ``Connection:
+    close``: aiohttp reads and drops the rest for a while (``lingering_time``), then
+    closes the connection, and a pooled client must not send its next request on it."""
+    if not request.content.is_eof() and not answer.prepared:
+        answer.force_close()
+
+
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        answer = await _answer(request, handler)
+    except web.HTTPException as exc:
+        _announce_close(request, exc)
+        raise
+    _announce_close(request, answer)
+    return answer
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         if request.path.startswith("/v1/"):
             # who is asking, and may they (relay.api.access: one rule per route)
