@@ -18,6 +18,7 @@ from relay.api import (  # noqa: F401
     portal,
     rawerrors,
     replays,
+    server,
     ui,
 )
 from relay.api.common import (
@@ -45,8 +46,7 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
     app = web.Application(
         middlewares=[errors_and_auth],
         client_max_size=max_request_bytes(settings),
-        # bodies reach relay as sent: relay.api.bodies decodes them
-        handler_args={"auto_decompress": False},
+        handler_args=server.handler_args(settings),  # header timeout, bodies as sent
     )
     app[SETTINGS] = settings
 

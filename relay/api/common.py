@@ -6,6 +6,7 @@ and describe their answers; the OpenAPI document is generated from that table.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -90,16 +91,25 @@ def max_request_bytes(settings: Settings) -> int:
 
 
 async def read_body(request: web.Request) -> bytes:
-    """The request's body, its Content-Encoding decoded (relay.api.bodies)."""
+    """The request's body, its Content-Encoding decoded (relay.api.bodies); one that has
+    not arrived within ``RELAY_BODY_TIMEOUT`` is 408."""
+    settings = request.app[SETTINGS]
     try:
-        raw = await request.read()
+        if request.content.is_eof():  # all there already (most bodies): no timer
+            raw = await request.read()
+        else:
+            async with asyncio.timeout(settings.body_timeout):
+                raw = await request.read()
+    except TimeoutError:
+        late = f"request body did not arrive within {settings.body_timeout:g} s"
+        raise ApiError(408, "request_timeout", late) from None
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, "payload_too_large", "request body is too large") from None
     except RequestPayloadError:  # its framing broke (chunked): the parser is out of step
         raise ApiError(400, "invalid_body", "request body could not be read") from None
     header = ",".join(request.headers.getall("Content-Encoding", ()))
     try:
-        return bodies.decode(header, raw, max_request_bytes(request.app[SETTINGS]))
+        return bodies.decode(header, raw, max_request_bytes(settings))
     except bodies.BodyTooLarge:
         raise ApiError(413, "payload_too_large", "request body is too large") from None
     except bodies.BodyError as exc:
