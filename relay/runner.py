@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import gc
 import os
+import resource
 import secrets
 import signal
 import sys
@@ -15,10 +16,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
-from aiohttp import web
 
 from relay import logs, tracing
 from relay.api import create_app
+from relay.api import server as api_server
 from relay.connectors.opsevents import OpsRelay
 from relay.delivery.attempt import BeforeSend
 from relay.delivery.worker import Worker, stop_tasks
@@ -164,10 +165,14 @@ async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> Non
     tasks = []
     try:
         if with_api:
-            runner = web.AppRunner(create_app(settings, store), access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, settings.host, settings.port).start()
-            log.info("api.listening", url=f"http://{settings.host}:{settings.port}")
+            runner = await api_server.start(
+                create_app(settings, store), settings, settings.host, settings.port
+            )
+            log.info(
+                "api.listening",
+                url=f"http://{settings.host}:{settings.port}",
+                open_files=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            )
         if with_worker:
             tasks.append(asyncio.create_task(run_worker(store, stop)))
         await stop.wait()
@@ -210,8 +215,27 @@ def run_loop(settings: Settings, main: Coroutine[Any, Any, T]) -> T:
         return runner.run(main)
 
 
+# A soft open-files limit is raised to at most this when the hard one is unlimited.
+OPEN_FILES_UNLIMITED = 1 << 20
+
+
+def raise_open_files() -> int:
+    """Raise this process's soft open-files limit (RLIMIT_NOFILE) to its hard limit:
+    every connection, to a client, Redis or an endpoint, holds one. Returns the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = OPEN_FILES_UNLIMITED if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:  # a system cap under the hard limit (macOS)
+            log.warning("open_files.not_raised", soft=soft, hard=hard, error=str(exc))
+    return soft
+
+
 def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
     logs.configure(settings.log_format, settings.log_level)
+    raise_open_files()
     if with_worker:
         tune_gc()
     if tracing.setup(settings):  # only with OTEL_* set (README "Tracing")

@@ -89,6 +89,13 @@ class Settings:
     shards: int = 1
     host: str = "127.0.0.1"
     port: int = 8080
+    # The API's connections (relay/api/server.py): a request head must arrive within
+    # header_timeout of the connection's opening or of its previous answer (an idle
+    # keep-alive connection is closed by it too), a body within body_timeout; one client
+    # address holds at most max_connections_per_client connections (0: no cap)
+    header_timeout: float = 75.0
+    body_timeout: float = 60.0
+    max_connections_per_client: int = 256
     api_tokens: tuple[str, ...] = field(default=(), repr=False)
     auth_disabled: bool = False
     # Tenancy (relay/api/access.py): app-scoped API keys and portal sessions
@@ -258,6 +265,9 @@ class Settings:
         convert("SHARDS", "shards", _positive_int)
         convert("HOST", "host", str)
         convert("PORT", "port", _port)
+        convert("HEADER_TIMEOUT", "header_timeout", _positive_duration)
+        convert("BODY_TIMEOUT", "body_timeout", _positive_duration)
+        convert("MAX_CONNECTIONS_PER_CLIENT", "max_connections_per_client", _non_negative_int)
         convert("API_TOKENS", "api_tokens", _tokens)
         convert("AUTH_DISABLED", "auth_disabled", flag)
         convert("API_RATE", "api_rate", access.parse_api_rate)

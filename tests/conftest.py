@@ -331,15 +331,15 @@ class Api:
 async def make_api() -> AsyncIterator[Callable[[Store], Any]]:
     import aiohttp
 
-    from relay.api import create_app
+    from relay.api import create_app, server
 
     cleanups: list[Any] = []
 
     async def factory(store: Store, token: str = "test-token") -> Api:
-        runner = web.AppRunner(create_app(store.settings, store), access_log=None)
-        await runner.setup()
         port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runner = await server.start(
+            create_app(store.settings, store), store.settings, "127.0.0.1", port
+        )
         session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"})
         cleanups.append((runner, session))
         return Api(f"http://127.0.0.1:{port}", session, store, runner.app)

@@ -22,6 +22,8 @@ def test_defaults_match_the_contract() -> None:
     assert s.worker_concurrency == 64 and s.allow_private_networks is False
     assert s.max_payload_bytes == 262144 and s.retention == 7 * 86400
     assert s.log_format == "json"
+    assert s.header_timeout == 75 and s.body_timeout == 60
+    assert s.max_connections_per_client == 256
 
 
 def test_from_env_parses_every_kind() -> None:
@@ -47,6 +49,9 @@ def test_from_env_parses_every_kind() -> None:
             "RELAY_LOG_LEVEL": "WARNING",
             "RELAY_WORKER_ID": "w-7",
             "RELAY_SHUTDOWN_GRACE": "0",
+            "RELAY_HEADER_TIMEOUT": "30s",
+            "RELAY_BODY_TIMEOUT": "2m",
+            "RELAY_MAX_CONNECTIONS_PER_CLIENT": "0",
             "UNRELATED": "x",
         }
     )
@@ -59,6 +64,8 @@ def test_from_env_parses_every_kind() -> None:
     assert s.max_payload_bytes == 1000 and s.retention == 3 * 86400
     assert s.log_format == "console" and s.log_level == "warning"
     assert s.worker_id == "w-7" and s.shutdown_grace == 0
+    assert s.header_timeout == 30 and s.body_timeout == 120
+    assert s.max_connections_per_client == 0
 
 
 def test_blank_values_mean_default_and_overrides_win() -> None:
@@ -90,6 +97,10 @@ def test_blank_values_mean_default_and_overrides_win() -> None:
         ("RELAY_LOG_FORMAT", "xml"),
         ("RELAY_EVENT_LOOP", "trio"),
         ("RELAY_ALLOW_PRIVATE_NETWORKS", "2"),
+        ("RELAY_HEADER_TIMEOUT", "0"),
+        ("RELAY_BODY_TIMEOUT", "-5s"),
+        ("RELAY_MAX_CONNECTIONS_PER_CLIENT", "-1"),
+        ("RELAY_MAX_CONNECTIONS_PER_CLIENT", "many"),
     ],
 )
 def test_bad_values_name_the_variable(name: str, value: str) -> None:

@@ -18,6 +18,7 @@ from relay.api import (  # noqa: F401
     portal,
     rawerrors,
     replays,
+    server,
     ui,
 )
 from relay.api.common import (
@@ -28,6 +29,7 @@ from relay.api.common import (
     SETTINGS,
     STORE,
     errors_and_auth,
+    max_request_bytes,
 )
 from relay.endpoints.cache import EndpointCache
 from relay.endpoints.catalog import EventTypeCache
@@ -37,15 +39,14 @@ from relay.settings import Settings
 
 log = structlog.get_logger("relay.api")
 
-REQUEST_OVERHEAD = 64 * 1024  # room for the envelope around the largest payload
-
 
 def create_app(settings: Settings, store: Store | None = None) -> web.Application:
     """The API app. Without ``store`` it connects to Redis on start and closes on stop."""
     rawerrors.install()  # aiohttp's own error answers: JSON, and no header in the log
     app = web.Application(
         middlewares=[errors_and_auth],
-        client_max_size=settings.max_payload_bytes * 2 + REQUEST_OVERHEAD,
+        client_max_size=max_request_bytes(settings),
+        handler_args=server.handler_args(settings),  # header timeout, bodies as sent
     )
     app[SETTINGS] = settings
 

@@ -6,6 +6,7 @@ and describe their answers; the OpenAPI document is generated from that table.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -16,7 +17,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from pydantic import BaseModel, ValidationError
 
-from relay.api import access
+from relay.api import access, bodies
 from relay.domain import jsonlimits
 from relay.endpoints.cache import EndpointCache
 from relay.endpoints.catalog import EventTypeCache
@@ -33,6 +34,8 @@ ENDPOINT_CACHE = web.AppKey("endpoint_cache", EndpointCache)
 EVENT_TYPE_CACHE = web.AppKey("event_type_cache", EventTypeCache)
 PUBLISHER = web.AppKey("publisher", Publisher)
 SETTINGS = web.AppKey("settings", Settings)
+
+REQUEST_OVERHEAD = 64 * 1024  # room for the envelope around the largest payload
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
@@ -82,16 +85,42 @@ def validate(model: type[M], data: Any) -> M:
         raise ApiError(422, code, text, details=details) from None
 
 
-async def body(request: web.Request, model: type[M]) -> tuple[M, bytes]:
-    """Read, parse and validate a JSON body; returns the model and the raw bytes."""
+def max_request_bytes(settings: Settings) -> int:
+    """The largest request body the API reads, as sent and as decoded."""
+    return settings.max_payload_bytes * 2 + REQUEST_OVERHEAD
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, its Content-Encoding decoded (relay.api.bodies); one that has
+    not arrived within ``RELAY_BODY_TIMEOUT`` is 408."""
+    settings = request.app[SETTINGS]
     try:
-        raw = await request.read()
+        if request.content.is_eof():  # all there already (most bodies): no timer
+            raw = await request.read()
+        else:
+            async with asyncio.timeout(settings.body_timeout):
+                raw = await request.read()
+    except TimeoutError:
+        late = f"request body did not arrive within {settings.body_timeout:g} s"
+        raise ApiError(408, "request_timeout", late) from None
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, "payload_too_large", "request body is too large") from None
-    except RequestPayloadError:  # e.g. Content-Encoding: gzip on a body that is not gzip
-        raise ApiError(
-            400, "invalid_body", "request body could not be read (check Content-Encoding)"
-        ) from None
+    except RequestPayloadError:  # its framing broke (chunked): the parser is out of step
+        raise ApiError(400, "invalid_body", "request body could not be read") from None
+    header = ",".join(request.headers.getall("Content-Encoding", ()))
+    try:
+        return bodies.decode(header, raw, max_request_bytes(settings))
+    except bodies.BodyTooLarge:
+        raise ApiError(413, "payload_too_large", "request body is too large") from None
+    except bodies.BodyError as exc:
+        refused = ApiError(400, "invalid_body", str(exc))
+        refused.headers["Accept-Encoding"] = bodies.ACCEPTED
+        raise refused from None
+
+
+async def body(request: web.Request, model: type[M]) -> tuple[M, bytes]:
+    """Read, parse and validate a JSON body; returns the model and the raw bytes."""
+    raw = await read_body(request)
     if not raw:
         raise ApiError(400, "invalid_json", "request body is empty; send a JSON object")
     try:
@@ -149,8 +178,26 @@ def route(
     return register
 
 
+def _announce_close(request: web.Request, answer: web.StreamResponse) -> None:
+    """An answer sent before the request's body was all received says ``Connection:
+    close``: aiohttp reads and drops the rest for a while (``lingering_time``), then
+    closes the connection, and a pooled client must not send its next request on it."""
+    if not request.content.is_eof() and not answer.prepared:
+        answer.force_close()
+
+
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        answer = await _answer(request, handler)
+    except web.HTTPException as exc:
+        _announce_close(request, exc)
+        raise
+    _announce_close(request, answer)
+    return answer
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         if request.path.startswith("/v1/"):
             # who is asking, and may they (relay.api.access: one rule per route)

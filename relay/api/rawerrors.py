@@ -57,6 +57,8 @@ def _handle_error(
         content_type="application/json",
     )
     resp.force_close()
+    # said even to an HTTP/1.0 answer (the parser's stand-in request is HTTP/1.0)
+    resp.headers["Connection"] = "close"
     return resp
 
 

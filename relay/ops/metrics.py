@@ -132,6 +132,12 @@ EXPIRED = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+API_CONNECTIONS_REFUSED = Counter(
+    "relay_api_connections_refused",
+    "Connections the API closed on arrival: their client address was at "
+    "RELAY_MAX_CONNECTIONS_PER_CLIENT",
+    registry=REGISTRY,
+)
 QUEUE_DUE = Gauge("relay_queue_due", "Deliveries due now", registry=REGISTRY)
 QUEUE_SCHEDULED = Gauge("relay_queue_scheduled", "Pending deliveries due later", registry=REGISTRY)
 QUEUE_PROCESSING = Gauge(
