@@ -6,9 +6,12 @@ STAMP   := $(VENV)/.installed
 
 .PHONY: run test lint setup crash bench screenshots clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml tools/package-lock.json
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[test]'
+	@# Redocly's OpenAPI linter (tests/test_openapi.py), pinned in tools/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tools --no-audit --no-fund --silent; \
+	else echo "npm not found: tests/test_openapi.py will skip Redocly's lint"; fi
 	@touch $(STAMP)
 
 setup: $(STAMP)

@@ -3,8 +3,8 @@
 * the document itself: valid OpenAPI (openapi-spec-validator), every operation named,
   tagged, summarised and described, its path parameters declared, its errors listed with
   their codes and the error schema, examples for every request body; no static file and
-  no trailing-slash path; openapi-python-client generates one function per operation
-  without a warning;
+  no trailing-slash path; Redocly's recommended rules find no error; openapi-python-client
+  generates one function per operation without a warning;
 * against the running API: every route is documented, every documented answer is
   produced by a real request and matches its schema, and every error code an answer
   carries is one the document lists for that status.
@@ -21,6 +21,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -168,6 +169,44 @@ def test_every_request_body_has_examples_that_match_its_schema() -> None:
 
 
 # ---------------------------------------------------------------------- tools accept it
+
+TOOLS = ROOT / "tools"
+REDOCLY = TOOLS / "node_modules" / ".bin" / "redocly"
+
+
+def test_redocly_recommended_rules_find_no_error(tmp_path: Path) -> None:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are not installed: Redocly's linter cannot run")
+    assert REDOCLY.exists(), "Redocly is not installed: `make setup` runs npm ci in tools/"
+    spec = tmp_path / "openapi.json"
+    spec.write_text(json.dumps(openapi_document()))
+    env = {**os.environ, "REDOCLY_TELEMETRY": "off", "REDOCLY_SUPPRESS_UPDATE_NOTICE": "true"}
+    run = subprocess.run(
+        [str(REDOCLY), "lint", "--extends=recommended", "--format=json", str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    report = json.loads(run.stdout)
+    problems = [
+        f"{p['severity']} {p['ruleId']}: {p['message']} at {p['location'][0]['pointer']}"
+        for p in report["problems"]
+    ]
+    assert report["totals"]["errors"] == 0, "\n".join(problems)
+    warned = {(p["ruleId"], p["location"][0]["pointer"]) for p in report["problems"]}
+    assert warned <= ACCEPTED_WARNINGS, "\n".join(problems)
+
+
+# Warnings of the recommended rules that stay, each for a reason: the repository names no
+# license, and the open probes and documents have no 4xx answer to describe.
+ACCEPTED_WARNINGS = {
+    ("info-license", "#/info"),
+    *(
+        ("operation-4xx-response", f"#/paths/~1{path}/get/responses")
+        for path in ("healthz", "readyz", "metrics", "openapi.json")
+    ),
+}
 
 
 def snake(name: str) -> str:
