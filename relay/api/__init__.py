@@ -11,6 +11,7 @@ from aiohttp import web
 from relay.api import (  # noqa: F401
     apikeys,
     deliveries,
+    docs,
     endpoints,
     events,
     eventtypes,
