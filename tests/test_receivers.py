@@ -23,7 +23,7 @@ import pytest
 from relay.domain import signing
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "docs" / "guides" / "receiving.md"]
+PAGES = [ROOT / "README.md", ROOT / "docs" / "guides" / "receiving.md"]
 NODE_MODULES = ROOT / "tools" / "node_modules"
 
 
