@@ -4,11 +4,14 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test lint setup crash bench screenshots clean
+.PHONY: run test lint docs setup crash bench screenshots clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml tools/package-lock.json
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,docs]'
+	@# Redocly's OpenAPI linter (tests/test_openapi.py), pinned in tools/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tools --no-audit --no-fund --silent; \
+	else echo "npm not found: tests/test_openapi.py will skip Redocly's lint"; fi
 	@touch $(STAMP)
 
 setup: $(STAMP)
@@ -22,7 +25,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check relay tests
 	$(BIN)/mypy relay
 
-test: $(STAMP) lint
+# the documentation site, from docs/ (mkdocs.yml); any warning fails it
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: $(STAMP) lint docs
 	$(BIN)/pytest -q
 
 screenshots: $(STAMP)
@@ -45,4 +52,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/pool.py
 
 clean:
-	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache build/site tools/node_modules

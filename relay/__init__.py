@@ -1,3 +1,3 @@
 """relay: webhook delivery on Redis."""
 
-__version__ = "0.1.0"
+__version__ = "0.9.0"  # semantic versioning: see CHANGELOG.md

@@ -238,7 +238,7 @@ def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
     raise_open_files()
     if with_worker:
         tune_gc()
-    if tracing.setup(settings):  # only with OTEL_* set (README "Tracing")
+    if tracing.setup(settings):  # only with OTEL_* set (docs/guides/tracing.md)
         log.info(
             "tracing.on",
             exporters=list(settings.tracing_exporters),

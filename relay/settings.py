@@ -10,7 +10,7 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -322,3 +322,97 @@ class Settings:
                 "RELAY_ACK_REPLICAS > 0 is not supported with RELAY_REDIS_CLUSTER=1 yet"
             )
         return cls(**values)  # type: ignore[arg-type]
+
+
+# The docs' settings reference (docs/reference/settings.md): variable -> (field, meaning).
+REFERENCE: dict[str, tuple[str, str]] = {
+    "REDIS_URL": ("redis_url", "Redis URL: redis://, rediss:// or unix://"),
+    "DEV_PRIVATE_REDIS": ("dev_private_redis", "1: `relay dev` starts its own redis-server"),
+    "KEY_PREFIX": ("key_prefix", "prefix of every key"),
+    "SHARDS": ("shards", "queue shards, each under its own hash tag"),
+    "HOST": ("host", "API bind address"),
+    "PORT": ("port", "API bind port"),
+    "HEADER_TIMEOUT": (
+        "header_timeout",
+        "an API connection must send a complete request head within this of opening, or "
+        "of its previous answer, else it is closed (idle keep-alive connections too)",
+    ),
+    "BODY_TIMEOUT": (
+        "body_timeout",
+        "a request body must arrive within this, else 408 `request_timeout`",
+    ),
+    "MAX_CONNECTIONS_PER_CLIENT": (
+        "max_connections_per_client",
+        "connections one client address may hold open to the API (`0`: no cap)",
+    ),
+    "API_TOKENS": ("api_tokens", "comma-separated bearer tokens of the operator"),
+    "AUTH_DISABLED": ("auth_disabled", "1 runs the API without auth"),
+    "API_RATE": ("api_rate", "requests per API key or portal session: RATE[/s, /m or /h][,BURST]"),
+    "PORTAL_TTL": ("portal_ttl", "lifetime of a portal session"),
+    "PORTAL_FRAME_ANCESTORS": ("portal_frame_ancestors", "who may frame /portal/ (CSP)"),
+    "PUBLIC_URL": (
+        "public_url",
+        "the API's public base URL, for portal session URLs; unset, only a loopback Host "
+        "builds one",
+    ),
+    "RETRY_SCHEDULE": ("retry_schedule", "delays between attempts; attempts = entries + 1"),
+    "RETRY_JITTER": ("retry_jitter", "fraction of each delay drawn at random (±)"),
+    "RETRY_AFTER_CAP": ("retry_after_cap", "longest Retry-After honoured"),
+    "HTTP_TIMEOUT": ("http_timeout", "one delivery request, connect to last byte"),
+    "LEASE_SECONDS": ("lease_seconds", "claim lease, extended while a send is in flight"),
+    "WORKER_CONCURRENCY": ("worker_concurrency", "sends in flight per worker process"),
+    "CLAIM_BATCH": ("claim_batch", "most deliveries taken by one claim"),
+    "EVENT_LOOP": ("event_loop", "uvloop or asyncio"),
+    "SHUTDOWN_GRACE": ("shutdown_grace", "on SIGTERM, how long in-flight sends may finish"),
+    "BREAKER_THRESHOLD": ("breaker_threshold", "consecutive failures that open a breaker"),
+    "BREAKER_COOLDOWN": ("breaker_cooldown", "first open period of a breaker"),
+    "BREAKER_COOLDOWN_MAX": ("breaker_cooldown_max", "longest open period of a breaker"),
+    "DISABLE_AFTER": ("disable_after", "failing this long without a success disables it"),
+    "OPS_APP": ("ops_app", "the reserved app of relay's operational events"),
+    "OPS_DEAD_WINDOW": ("ops_dead_window", "dead letters in this window: one delivery.dead"),
+    "SLOW_SEND_AFTER": ("slow_send_after", "a send this slow stops counting against concurrency"),
+    "REPLAY_OUTSTANDING": ("replay_outstanding", "a replay job's unfinished per endpoint"),
+    "REPLAY_LEASE": ("replay_lease", "a worker's lease on the replay job it advances"),
+    "ALLOW_PRIVATE_NETWORKS": ("allow_private_networks", "1: endpoints may be private"),
+    "EVENT_TYPES_STRICT": ("event_types_strict", "1: only event types of the catalog"),
+    "MAX_PAYLOAD_BYTES": ("max_payload_bytes", "largest event payload (serialized)"),
+    "IDEMPOTENCY_TTL": ("idempotency_ttl", "how long an Idempotency-Key is remembered"),
+    "RETENTION": ("retention", "how long succeeded deliveries and events are kept"),
+    "DEAD_RETENTION": ("dead_retention", "how long dead deliveries are kept"),
+    "SWEEP_INTERVAL": ("sweep_interval", "how often each worker runs the retention sweep"),
+    "METRICS_PORT": ("metrics_port", "`relay worker` serves /metrics here (0: off)"),
+    "REDIS_CLUSTER": ("redis_cluster", "1: RELAY_REDIS_URL is a seed node of a Redis Cluster"),
+    "ACK_REPLICAS": ("ack_replicas", "replicas that confirm (WAIT) every acknowledged write"),
+    "ACK_TIMEOUT": ("ack_timeout", "how long that confirmation may take"),
+    "REDIS_SENTINELS": ("redis_sentinels", "Redis Sentinel addresses, host:port,host:port"),
+    "REDIS_SENTINEL_MASTER": ("redis_sentinel_master", "the name Sentinel knows the primary by"),
+    "REDIS_SENTINEL_PASSWORD": ("redis_sentinel_password", "password of the Sentinels"),
+    "LOG_FORMAT": ("log_format", "json or console"),
+    "LOG_LEVEL": ("log_level", "debug, info, warning or error"),
+    "WORKER_ID": ("worker_id", "worker name in attempt logs and leases (hostname-pid)"),
+    "OUTBOX_DSN": ("outbox_dsn", "PostgreSQL URL of the outbox (`relay outbox`)"),
+    "OUTBOX_TABLE": ("outbox_table", "outbox table, name or schema.name"),
+    "OUTBOX_BATCH": ("outbox_batch", "most rows one connector takes per transaction"),
+    "OUTBOX_POLL_INTERVAL": ("outbox_poll_interval", "sweep even without a NOTIFY this often"),
+}
+
+
+def reference_markdown() -> str:
+    """The settings reference as markdown: a table of every ``RELAY_*`` variable."""
+    defaults = {f.name: f.default for f in fields(Settings)}
+    rows = []
+    for name, (attr, doc) in REFERENCE.items():
+        default = defaults[attr]
+        shown = "" if isinstance(default, type(MISSING)) or default in ("", ()) else default
+        if isinstance(shown, bool):
+            shown = int(shown)
+        elif isinstance(shown, tuple):
+            shown = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in shown)
+        rows.append(f"| `RELAY_{name}` | {doc} | {f'`{shown}`' if shown != '' else ''} |")
+    return (
+        "Environment variables, read once at start into one frozen settings object. "
+        "Durations take `ms`, `s`, `m`, `h`, `d` suffixes or bare seconds (defaults here "
+        "are in seconds).\n\n| variable | meaning | default |\n| --- | --- | --- |\n"
+        + "\n".join(rows)
+        + "\n\nTracing is configured by the standard `OTEL_*` variables (off when none is set).\n"
+    )

@@ -5,7 +5,7 @@
 start only when it is on. Off, nothing of OpenTelemetry is even imported, and every hook
 in relay costs one read of the module flag :data:`on` (``if tracing.on:``).
 
-The spans (README "Tracing"):
+The spans (docs/guides/tracing.md):
 
 * ``POST /v1/events`` (SERVER): one per publish, continuing the caller's W3C
   ``traceparent``/``tracestate``; its context is stored on the event hash (field ``tp``,

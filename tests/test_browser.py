@@ -3,7 +3,7 @@
 Chromium is Debian's (``/usr/bin/chromium``), driven by Playwright through
 ``executable_path`` (browser downloads are impossible here). Without it the browser
 test FAILS saying what to install; it is never skipped. The browser test also writes
-the README's screenshots to ``docs/screenshots/``.
+the docs' screenshots to ``docs/screenshots/``.
 
 The other tests here check the dashboard's own JSON reads without a browser.
 """
@@ -37,7 +37,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-# `make screenshots` sets RELAY_SCREENSHOTS=docs/screenshots to refresh the README's
+# `make screenshots` sets RELAY_SCREENSHOTS=docs/screenshots to refresh the docs'
 # pictures; otherwise they go to a temp folder so a test run leaves the tree clean.
 SHOTS = Path(os.environ.get("RELAY_SCREENSHOTS") or tempfile.mkdtemp(prefix="relay-shots-"))
 XSS = "<script>window.__xss=1</script>"

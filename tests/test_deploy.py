@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ import yaml
 from click.testing import CliRunner
 from kubernetes_validate.utils import SchemaNotFoundError, all_versions
 
+import relay
 from relay.domain.retry import parse_duration
 from relay.redisproc import free_port
 from relay.settings import Settings
@@ -360,7 +360,7 @@ def test_compose_services_and_grace() -> None:
     assert [n for n, e in envs.items() if "RELAY_ALLOW_PRIVATE_NETWORKS" in e] == ["worker"]
     images = {s["image"] for s in services.values()}
     assert not any(i.endswith(":latest") or ":" not in i for i in images)
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    version = relay.__version__  # pyproject.toml's version is this attribute
     k8s_images = {c["image"] for p in _pod_specs().values() for c in p["containers"]}
     assert {i for i in images | k8s_images if i.startswith("relay:")} == {f"relay:{version}"}
 

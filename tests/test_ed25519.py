@@ -1,7 +1,7 @@
 """ed25519 signing (Standard Webhooks ``v1a``), from the API to what the receiver gets.
 
 Signatures are verified with code that shares nothing with relay's: PyNaCl (libsodium)
-and the README's own verifier (``cryptography``), each given only the ``whpk_`` public
+and the receiving guide's own verifier (``cryptography``), each given only the ``whpk_`` public
 key as an endpoint read returns it. The private ``whsk_`` key must never appear in an
 answer, the CLI's output or a log line.
 """
@@ -24,17 +24,17 @@ from relay.domain import ed25519
 
 pytestmark = pytest.mark.realredis
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "receiving.md"
 
 
-def readme_verifier() -> Any:
-    """``verify_v1a`` exactly as the README shows it (the block after its marker)."""
-    text = README.read_text()
+def guide_verifier() -> Any:
+    """``verify_v1a`` exactly as the receiving guide shows it (the block after its marker)."""
+    text = GUIDE.read_text()
     marker = text.index("<!-- verify-v1a:")
     block = re.search(r"```python\n(.*?)```", text[marker:], re.S)
     assert block is not None
     scope: dict[str, Any] = {}
-    exec(compile(block.group(1), "README.md", "exec"), scope)
+    exec(compile(block.group(1), GUIDE.name, "exec"), scope)
     return scope["verify_v1a"]
 
 
@@ -84,7 +84,7 @@ async def test_ed25519_endpoint_signs_v1a_and_never_shows_its_private_key(
     req = await deliver_one(store, receiver, ep_id)
     assert req.headers["webhook-signature"].startswith("v1a,")
     assert nacl_verifies(public, req) == [True]
-    verify_v1a = readme_verifier()
+    verify_v1a = guide_verifier()
     assert verify_v1a(public, req.headers, req.body)
     assert not verify_v1a(public, req.headers, req.body + b" ")
     other = ed25519.public_key(ed25519.generate_key())
@@ -123,7 +123,7 @@ async def test_ed25519_rotation_signs_with_both_keys_then_only_the_new(
     assert len(req.headers["webhook-signature"].split(" ")) == 2
     assert nacl_verifies(new, req) == [True, False]  # the current key signs first
     assert nacl_verifies(old, req) == [False, True]
-    verify_v1a = readme_verifier()
+    verify_v1a = guide_verifier()
     assert verify_v1a(old, req.headers, req.body) and verify_v1a(new, req.headers, req.body)
 
     stored = await store.get_endpoint(ep["id"])

@@ -5,7 +5,7 @@
   id), none counts its items from ``#KEYS``/``#ARGV``, and every script has exactly one
   typed caller in ``relay/queue/`` (the header names it);
 * static: the keys.py docstring table lists exactly the keys its builders make, and the
-  README's "Key layout" table lists exactly the docstring's;
+  docs' key layout (docs/reference/redis-keys.md) lists exactly the docstring's;
 * dynamic: a whole lifecycle runs through the Store on a private ``redis-server`` while a
   MONITOR connection records every command, from clients and from inside scripts; for
   each, ``COMMAND GETKEYS`` names its keys, and every key (and pub/sub channel) must be
@@ -16,7 +16,7 @@ claim.lua (``dlv_prefix .. "dlv:" .. id``) the static test names the literal and
 HMGET/HINCRBY/HSET keys that no longer come from KEYS/ARGV, and the dynamic one the key
 ``...:{s0}:dlv:dlv:dlv_...`` that the script's HMGET touched; with hold's held index
 swapped for ``sk.base + "parked"`` the dynamic test names ``...:{s0}:parked``; with the
-README's ``wake`` row dropped, or keys.py's ``held`` row, the table tests name it; with
+docs' ``wake`` row dropped, or keys.py's ``held`` row, the table tests name it; with
 a second ``scripts.claim`` call in relay/queue/base.py the one-caller test names both.
 """
 
@@ -128,9 +128,9 @@ def docstring_table() -> dict[str, str]:
     return dict(rows)
 
 
-def readme_table() -> dict[str, str]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### Key layout", 1)[1].split("\n### ", 1)[0]
+def docs_table() -> dict[str, str]:
+    text = (ROOT / "docs" / "reference" / "redis-keys.md").read_text()
+    section = text.split("\n## ", 1)[0]
     return dict(re.findall(r"^\| `([^`]+)` \| ([^|]+?) \|", section, re.M))
 
 
@@ -159,12 +159,12 @@ def test_docstring_table_lists_exactly_the_keys_the_builders_make() -> None:
     assert [row for row, keys in listed.items() if not keys] == [], "rows no builder makes"
 
 
-def test_readme_key_table_is_the_docstring_table() -> None:
+def test_the_docs_key_table_is_the_docstring_table() -> None:
     doc = {k: _type(v) for k, v in docstring_table().items()}
-    readme = {k: _type(v) for k, v in readme_table().items()}
-    assert sorted(set(doc) - set(readme)) == [], "in keys.py, missing from README"
-    assert sorted(set(readme) - set(doc)) == [], "in README, not in keys.py"
-    assert readme == doc  # the types too
+    docs = {k: _type(v) for k, v in docs_table().items()}
+    assert sorted(set(doc) - set(docs)) == [], "in keys.py, missing from the docs"
+    assert sorted(set(docs) - set(doc)) == [], "in the docs, not in keys.py"
+    assert docs == doc  # the types too
 
 
 # ---------------------------------------------------------------------- the scripts

@@ -1,7 +1,8 @@
 """The architecture holds: imports run one way, only the queue talks to Redis, files stay small.
 
-The README's "Where things live" table is the contract: entry points import services,
-services import the queue, the queue imports the pure domain; nothing imports upward.
+The "Where things live" table (docs/design/architecture.md) is the contract: entry points
+import services, services import the queue, the queue imports the pure domain; nothing
+imports upward.
 """
 
 from __future__ import annotations

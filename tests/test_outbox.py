@@ -188,9 +188,9 @@ def test_table_name_is_an_identifier_and_the_password_is_redacted() -> None:
     assert n.idempotency_key(7) == "outbox:shop.relay_outbox:7"
 
 
-def test_the_readme_shows_the_ddl_print_schema_prints() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert outbox_schema.ddl_text(outbox_schema.names("relay_outbox")) in readme
+def test_the_outbox_guide_shows_the_ddl_print_schema_prints() -> None:
+    guide = Path(__file__).resolve().parent.parent / "docs" / "guides" / "outbox.md"
+    assert outbox_schema.ddl_text(outbox_schema.names("relay_outbox")) in guide.read_text()
 
 
 def test_cli_prints_the_schema_and_shows_stats(outbox: Outbox) -> None:

@@ -111,7 +111,7 @@ async def test_worker_and_api_carry_on_after_redis_lost_everything(
         await receiver.wait_for(14, within=1.5)
         # the outcomes of the vanished in-flight deliveries were fenced: no ghost delivery
         # or attempt log (the old endpoint's breaker is written again by their settle:
-        # the known leak noted in README "Running in production")
+        # the known leak noted in docs/operating/redis-persistence.md)
         await asyncio.sleep(0.5)
         left = [k async for k in api_store.redis.scan_iter(match=f"{settings.key_prefix}:*")]
         kept = {k.rsplit(":", 1)[1] for k in left if ":dlv:" in k}

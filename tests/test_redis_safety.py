@@ -1,5 +1,5 @@
 """Issue 12: relay refuses a Redis that evicts keys and warns about one that persists
-nothing (README "Running in production").
+nothing (docs/operating/redis-persistence.md).
 
 Seen failing before the change: with no check in the runner, ``relay worker`` on an
 ``allkeys-lru`` Redis started and ran until killed (the refusal tests timed out waiting

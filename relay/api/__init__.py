@@ -11,6 +11,7 @@ from aiohttp import web
 from relay.api import (  # noqa: F401
     apikeys,
     deliveries,
+    docs,
     endpoints,
     events,
     eventtypes,
@@ -24,6 +25,7 @@ from relay.api import (  # noqa: F401
 from relay.api.common import (
     ENDPOINT_CACHE,
     EVENT_TYPE_CACHE,
+    PAGES,
     PUBLISHER,
     ROUTES,
     SETTINGS,
@@ -74,4 +76,6 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
     app.cleanup_ctx.append(redis_ctx)
     for spec in ROUTES:
         app.router.add_route(spec.method, spec.path, spec.handler)
+    for page in PAGES:
+        app.router.add_route("GET", page.path, page.handler)
     return app

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_valid
 from relay.api.access import principal
 from relay.api.common import PUBLISHER, SETTINGS, STORE, ApiError, body, json, query, route
 from relay.api.endpoints import load as load_endpoint
-from relay.api.models import ErrorOut, EventOut
+from relay.api.models import EventOut
 from relay.domain import access
 from relay.domain.schema import App, EventIn, Strict, StrictBody
 from relay.publishing import Publisher, PublishError
@@ -69,10 +69,22 @@ class PortalOut(BaseModel):
     "POST",
     "/v1/api-keys",
     summary="Create an API key of one app (its token is shown once)",
+    operation_id="createApiKey",
+    tag="Tenants",
     body=ApiKeyIn,
-    responses={201: ApiKeyCreated, 403: ErrorOut, 422: ErrorOut, 503: ErrorOut},
+    responses={201: ApiKeyCreated},
+    errors={409: ("conflict",), 503: ("replication_timeout",)},
+    examples={
+        "backend": (
+            "A key for the shop's backend: publish its events, read its deliveries",
+            {"app": "shop", "scopes": ["publish", "read"], "name": "shop backend"},
+        ),
+    },
 )
 async def create(request: web.Request) -> web.Response:
+    """A key of one app with some of the scopes ``publish``, ``read`` and ``manage``
+    (which includes ``read``). Its ``token`` (``rk_...``) is in this answer only; relay
+    keeps its SHA-256."""
     data, _ = await body(request, ApiKeyIn)
     token = access.new_token(access.KEY_TOKEN_PREFIX)
     key_id = access.new_key_id()
@@ -101,10 +113,13 @@ async def create(request: web.Request) -> web.Response:
     "GET",
     "/v1/api-keys",
     summary="List API keys (never their tokens)",
+    operation_id="listApiKeys",
+    tag="Tenants",
     query=ApiKeyQuery,
-    responses={200: ApiKeyList, 403: ErrorOut},
+    responses={200: ApiKeyList},
 )
 async def list_(request: web.Request) -> web.Response:
+    """Every API key (of ``app`` when given), newest first; never a token."""
     q = query(request, ApiKeyQuery)
     return json({"data": await request.app[STORE].list_api_keys(q.app)})
 
@@ -113,9 +128,14 @@ async def list_(request: web.Request) -> web.Response:
     "DELETE",
     "/v1/api-keys/{id}",
     summary="Revoke an API key: its next request is 401, on every API replica",
-    responses={204: None, 403: ErrorOut, 404: ErrorOut, 503: ErrorOut},
+    operation_id="revokeApiKey",
+    tag="Tenants",
+    responses={204: None},
+    errors={503: ("replication_timeout",)},
 )
 async def revoke(request: web.Request) -> web.Response:
+    """The key and every portal session it opened stop working at once, on every API
+    replica (nothing is cached)."""
     ident = request.match_info["id"]
     if not await request.app[STORE].revoke_api_key(ident):
         raise ApiError(404, "not_found", f"api key {ident} does not exist")
@@ -144,17 +164,20 @@ def base_url(request: web.Request) -> str:
     "POST",
     "/v1/apps/{app}/portal",
     summary="Open a portal session for one app: a URL for the app's customer",
-    responses={
-        201: PortalOut,
-        400: ErrorOut,
-        403: ErrorOut,
-        404: ErrorOut,
-        422: ErrorOut,
-        503: ErrorOut,
+    operation_id="createPortalSession",
+    tag="Tenants",
+    responses={201: PortalOut},
+    errors={
+        400: ("public_url_required",),
+        422: ("validation_error",),
+        503: ("replication_timeout",),
     },
     body_required=False,
 )
 async def portal_session(request: web.Request) -> web.Response:
+    """A session of the app with ``read`` and ``manage`` for ``RELAY_PORTAL_TTL`` (1 h),
+    and the portal's ``url`` with its token in the fragment (``#token=rp_...``), which a
+    browser never sends to a server. The operator's, or a ``manage`` key's of that app."""
     app = request.match_info["app"]
     try:
         APP_NAME.validate_python(app)  # the same app name rule as everywhere
@@ -180,10 +203,15 @@ async def portal_session(request: web.Request) -> web.Response:
     "POST",
     "/v1/endpoints/{id}/test",
     summary="Send a relay.test event to this one endpoint (whatever its event types)",
-    responses={201: EventOut, 404: ErrorOut, 409: ErrorOut, 503: ErrorOut},
+    operation_id="sendTestEvent",
+    tag="Endpoints",
+    responses={201: EventOut},
+    errors={409: ("endpoint_disabled",), 503: ("replication_timeout",)},
     body_required=False,
 )
 async def send_test(request: web.Request) -> web.Response:
+    """Publish a ``relay.test`` event to this endpoint only, whatever its ``event_types``
+    and filter: the portal's "send a test"."""
     endpoint = await load_endpoint(request)
     if not endpoint.get("enabled", True):
         raise ApiError(409, "endpoint_disabled", f"endpoint {endpoint['id']} is disabled")

@@ -142,13 +142,21 @@ def query(request: web.Request, model: type[M]) -> M:
 
 @dataclass
 class RouteSpec:
+    """One operation of the API. Its handler's docstring is the operation's description."""
+
     method: str
     path: str
     handler: Handler
     summary: str
+    operation_id: str  # unique, camelCase: generated clients name their functions after it
+    tag: str  # one of relay.api.openapi.TAGS
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
     responses: dict[int, type[BaseModel] | None] = field(default_factory=dict)
+    # error codes this route answers beyond the shared ones (relay.api.openapi.shared_errors)
+    errors: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    examples: dict[str, tuple[str, Any]] = field(default_factory=dict)  # name: (summary, body)
+    headers: dict[str, str] = field(default_factory=dict)  # request header: description
     auth: bool = True
     body_required: bool = True  # False: the body may be left out (OpenAPI says so)
 
@@ -161,16 +169,36 @@ def route(
     path: str,
     *,
     summary: str,
+    operation_id: str,
+    tag: str,
     body: type[BaseModel] | None = None,
     query: type[BaseModel] | None = None,
     responses: dict[int, type[BaseModel] | None] | None = None,
+    errors: dict[int, tuple[str, ...]] | None = None,
+    examples: dict[str, tuple[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
     auth: bool = True,
     body_required: bool = True,
 ) -> Callable[[Handler], Handler]:
+    """Declare an operation of the API: routed, and described in the OpenAPI document."""
+
     def register(handler: Handler) -> Handler:
         ROUTES.append(
             RouteSpec(
-                method, path, handler, summary, body, query, responses or {}, auth, body_required
+                method,
+                path,
+                handler,
+                summary,
+                operation_id,
+                tag,
+                body=body,
+                query=query,
+                responses=responses or {},
+                errors=errors or {},
+                examples=examples or {},
+                headers=headers or {},
+                auth=auth,
+                body_required=body_required,
             )
         )
         return handler
@@ -184,6 +212,25 @@ def _announce_close(request: web.Request, answer: web.StreamResponse) -> None:
     closes the connection, and a pooled client must not send its next request on it."""
     if not request.content.is_eof() and not answer.prepared:
         answer.force_close()
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    path: str
+    handler: Handler
+
+
+PAGES: list[PageSpec] = []
+
+
+def page(path: str) -> Callable[[Handler], Handler]:
+    """A ``GET`` of the dashboard's or the portal's files: served, but no API operation."""
+
+    def register(handler: Handler) -> Handler:
+        PAGES.append(PageSpec(path, handler))
+        return handler
+
+    return register
 
 
 @web.middleware

@@ -12,7 +12,6 @@ from relay.api.models import (
     DeliveryList,
     DeliveryQuery,
     DiscardOut,
-    ErrorOut,
     RecoverIn,
     RecoverOut,
     ReplayOut,
@@ -26,10 +25,15 @@ from relay.endpoints.health import Health
     "GET",
     "/v1/deliveries",
     summary="List deliveries, newest first",
+    operation_id="listDeliveries",
+    tag="Deliveries",
     query=DeliveryQuery,
-    responses={200: DeliveryList, 400: ErrorOut, 422: ErrorOut},
+    responses={200: DeliveryList},
+    errors={400: ("invalid_cursor",)},
 )
 async def list_(request: web.Request) -> web.Response:
+    """A page of deliveries, newest first, each saying why it waits when it does;
+    ``next_cursor`` continues. A rare filter may return a short page with a cursor."""
     return await listing(request, DeliveryQuery)
 
 
@@ -86,9 +90,13 @@ async def _position(request: web.Request, cursor: str | None) -> str | None:
     "GET",
     "/v1/deliveries/{id}",
     summary="Read a delivery with its attempt log",
-    responses={200: DeliveryDetail, 404: ErrorOut},
+    operation_id="getDelivery",
+    tag="Deliveries",
+    responses={200: DeliveryDetail},
 )
 async def read(request: web.Request) -> web.Response:
+    """The delivery with its ``attempt_log`` (one entry per request: number, time,
+    duration, status or error, worker) and ``waiting``: why it is not going out now."""
     ident = request.match_info["id"]
     delivery = found(await request.app[STORE].get_delivery(ident), "delivery", ident)
     await Health(request.app[STORE]).explain_waits([delivery])
@@ -99,9 +107,14 @@ async def read(request: web.Request) -> web.Response:
     "POST",
     "/v1/deliveries/{id}/replay",
     summary="Replay a dead or succeeded delivery",
-    responses={202: ReplayOut, 404: ErrorOut, 409: ErrorOut, 503: ErrorOut},
+    operation_id="replayDelivery",
+    tag="Deliveries",
+    responses={202: ReplayOut},
+    errors={409: ("delivery_not_replayable",), 503: ("replication_timeout",)},
 )
 async def replay(request: web.Request) -> web.Response:
+    """Back to ``pending`` with a fresh attempt budget. A dead head blocking its ordered
+    lane is retried in place; any other delivery of a lane goes to its back."""
     delivery_id = request.match_info["id"]
     result = (await request.app[STORE].replay([delivery_id]))[delivery_id]
     if result == "ok":
@@ -113,9 +126,14 @@ async def replay(request: web.Request) -> web.Response:
     "POST",
     "/v1/deliveries/{id}/discard",
     summary="Discard a dead delivery; a dead head blocking its ordered lane lets it go on",
-    responses={202: DiscardOut, 404: ErrorOut, 409: ErrorOut, 503: ErrorOut},
+    operation_id="discardDelivery",
+    tag="Deliveries",
+    responses={202: DiscardOut},
+    errors={409: ("delivery_not_discardable",), 503: ("replication_timeout",)},
 )
 async def discard(request: web.Request) -> web.Response:
+    """The dead delivery is given up (it stays a dead letter, with ``discarded_at``);
+    when it blocks its ordered lane, the lane goes on with the next one."""
     delivery_id = request.match_info["id"]
     result = (await request.app[STORE].discard([delivery_id]))[delivery_id]
     if result == "ok":
@@ -141,11 +159,17 @@ def _refused(delivery_id: str, status: str, what: str, rule: str) -> ApiError:
     "POST",
     "/v1/endpoints/{id}/recover",
     summary="Replay an endpoint's dead deliveries",
+    operation_id="recoverEndpoint",
+    tag="Endpoints",
     body=RecoverIn,
     body_required=False,  # no body: every dead delivery of the endpoint
-    responses={202: RecoverOut, 404: ErrorOut, 503: ErrorOut},
+    responses={202: RecoverOut},
+    errors={503: ("replication_timeout",)},
+    examples={"since": ("Those that died since a time (ms)", {"since": 1767225600000})},
 )
 async def recover(request: web.Request) -> web.Response:
+    """Every dead delivery of the endpoint (or those that died since ``since``) back to
+    ``pending``, in the order they died."""
     endpoint = await load_endpoint(request)
     since = None
     if request.can_read_body:

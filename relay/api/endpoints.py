@@ -15,7 +15,6 @@ from relay.api.models import (
     EndpointOut,
     EndpointPatch,
     EndpointQuery,
-    ErrorOut,
     HeadersOut,
     RotatedOut,
     SecretOut,
@@ -41,10 +40,41 @@ async def load(request: web.Request) -> dict[str, Any]:
     "POST",
     "/v1/endpoints",
     summary="Create an endpoint",
+    operation_id="createEndpoint",
+    tag="Endpoints",
     body=EndpointIn,
-    responses={201: EndpointOut, 422: ErrorOut, 503: ErrorOut},
+    responses={201: EndpointOut},
+    errors={
+        422: ("filter_invalid", "unknown_event_type"),
+        503: ("replication_timeout",),
+    },
+    examples={
+        "orders": (
+            "Every order event, signed with HMAC",
+            {"url": "https://hooks.example.com/relay", "event_types": ["order.*"]},
+        ),
+        "filtered": (
+            "Large EUR orders only, one at a time per order, at most 50 requests/s",
+            {
+                "url": "https://billing.example.com/hooks",
+                "event_types": ["order.paid"],
+                "filter": 'payload.amount >= 1000 && payload.currency == "EUR"',
+                "ordering": "key",
+                "rate_limit": 50,
+            },
+        ),
+        "ed25519": (
+            "Signed with an ed25519 key (Standard Webhooks v1a)",
+            {"url": "https://hooks.example.com/relay", "signing": "ed25519"},
+        ),
+    },
 )
 async def create(request: web.Request) -> web.Response:
+    """An endpoint of ``app`` (default ``default``; an API key's own app) that receives
+    the events whose type matches one of ``event_types`` (``*``, ``order.*`` or an exact
+    name) and, when set, for which its CEL ``filter`` is true. The answer carries the
+    signing ``secret`` (``whsec_...``; with ``"signing": "ed25519"`` the ``public_key``
+    instead), the only answer that shows it besides ``/secret`` and ``rotate-secret``."""
     data, _ = await body(request, EndpointIn)
     app = pinned_app(request, data.app, "app" in data.model_fields_set, ApiError)
     try:
@@ -62,10 +92,14 @@ async def with_breakers(request: web.Request, endpoints: list[dict[str, Any]]) -
     "GET",
     "/v1/endpoints",
     summary="List endpoints",
+    operation_id="listEndpoints",
+    tag="Endpoints",
     query=EndpointQuery,
     responses={200: EndpointList},
 )
 async def list_(request: web.Request) -> web.Response:
+    """Every endpoint (of ``app`` when given; an API key sees its own app's only), with
+    its breaker state. Reads never show a secret and mask custom header values."""
     q = query(request, EndpointQuery)
     own = scoped_app(request)  # a key lists its own app's only
     if own is not None and q.app not in (None, own):
@@ -78,9 +112,13 @@ async def list_(request: web.Request) -> web.Response:
     "GET",
     "/v1/endpoints/{id}",
     summary="Read an endpoint",
-    responses={200: EndpointOut, 404: ErrorOut},
+    operation_id="getEndpoint",
+    tag="Endpoints",
+    responses={200: EndpointOut},
 )
 async def read(request: web.Request) -> web.Response:
+    """The endpoint with its breaker state and ``previous_secret_expires_at``; never the
+    secret, custom header values masked."""
     return json((await with_breakers(request, [await load(request)]))[0])
 
 
@@ -88,9 +126,14 @@ async def read(request: web.Request) -> web.Response:
     "GET",
     "/v1/endpoints/{id}/secret",
     summary="Read an endpoint's signing secret (ed25519: its public keys)",
-    responses={200: SecretOut, 404: ErrorOut},
+    operation_id="getEndpointSecret",
+    tag="Endpoints",
+    responses={200: SecretOut},
 )
 async def read_secret(request: web.Request) -> web.Response:
+    """What a receiver verifies with: the HMAC ``secret``, or for an ed25519 endpoint its
+    ``public_key`` and the rotated-out keys still signing. The private key never leaves
+    relay."""
     return json(signing_key(await load(request)))
 
 
@@ -106,9 +149,12 @@ def signing_key(endpoint: dict[str, Any]) -> dict[str, Any]:
     "GET",
     "/v1/endpoints/{id}/headers",
     summary="Read an endpoint's custom headers in clear (other reads mask their values)",
-    responses={200: HeadersOut, 404: ErrorOut},
+    operation_id="getEndpointHeaders",
+    tag="Endpoints",
+    responses={200: HeadersOut},
 )
 async def read_headers(request: web.Request) -> web.Response:
+    """The custom headers sent with every request to the endpoint, values in clear."""
     return json({"headers": (await load(request)).get("headers") or {}})
 
 
@@ -116,10 +162,27 @@ async def read_headers(request: web.Request) -> web.Response:
     "PATCH",
     "/v1/endpoints/{id}",
     summary="Change an endpoint",
+    operation_id="updateEndpoint",
+    tag="Endpoints",
     body=EndpointPatch,
-    responses={200: EndpointOut, 404: ErrorOut, 422: ErrorOut, 503: ErrorOut},
+    responses={200: EndpointOut},
+    errors={
+        422: ("filter_invalid", "unknown_event_type"),
+        503: ("replication_timeout",),
+    },
+    examples={
+        "disable": ("Disable it: its deliveries are held until it is enabled", {"enabled": False}),
+        "subscriptions": (
+            "Change what it subscribes to",
+            {"event_types": ["order.paid", "order.refunded"]},
+        ),
+        "no-filter": ("Remove its filter: every matching event again", {"filter": None}),
+    },
 )
 async def patch(request: web.Request) -> web.Response:
+    """Change the fields given, leave the rest. Disabling holds the endpoint's deliveries
+    (status ``held``) and enabling resumes them; ``ordering`` applies to events published
+    afterwards; ``signing`` cannot change."""
     await load(request)
     data, _ = await body(request, EndpointPatch)
     changes = data.model_dump(exclude_unset=True)
@@ -138,9 +201,14 @@ async def patch(request: web.Request) -> web.Response:
     "DELETE",
     "/v1/endpoints/{id}",
     summary="Delete an endpoint",
-    responses={204: None, 404: ErrorOut, 503: ErrorOut},
+    operation_id="deleteEndpoint",
+    tag="Endpoints",
+    responses={204: None},
+    errors={503: ("replication_timeout",)},
 )
 async def delete(request: web.Request) -> web.Response:
+    """The endpoint goes, with its breaker, rate and in-flight state; its waiting
+    deliveries become ``dead`` with ``endpoint_deleted``."""
     await Lifecycle(request.app[STORE]).delete(await load(request))
     return web.Response(status=204)
 
@@ -149,9 +217,14 @@ async def delete(request: web.Request) -> web.Response:
     "POST",
     "/v1/endpoints/{id}/rotate-secret",
     summary="Rotate the signing secret or ed25519 key (at most once a minute)",
-    responses={200: RotatedOut, 404: ErrorOut, 429: ErrorOut, 503: ErrorOut},
+    operation_id="rotateEndpointSecret",
+    tag="Endpoints",
+    responses={200: RotatedOut},
+    errors={429: ("rotation_too_soon",), 503: ("replication_timeout",)},
 )
 async def rotate(request: web.Request) -> web.Response:
+    """A new secret (or key); the old one keeps signing beside it for 24 hours, so each
+    request carries a signature per secret still signing (at most two old ones)."""
     try:
         endpoint = await Lifecycle(request.app[STORE]).rotate_secret(request.match_info["id"])
     except RotationTooSoon as exc:

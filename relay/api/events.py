@@ -9,7 +9,7 @@ from aiohttp import web
 from relay import tracing
 from relay.api.access import pinned_app
 from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, route
-from relay.api.models import ErrorOut, EventDetail, EventIn, EventOut
+from relay.api.models import EventDetail, EventIn, EventOut
 from relay.domain import signing
 from relay.publishing import PublishError
 
@@ -29,17 +29,48 @@ def _idempotency_key(request: web.Request) -> str | None:
     "POST",
     "/v1/events",
     summary="Publish an event",
+    operation_id="publishEvent",
+    tag="Events",
     body=EventIn,
-    responses={
-        201: EventOut,
-        200: EventOut,
-        409: ErrorOut,
-        413: ErrorOut,
-        422: ErrorOut,
-        503: ErrorOut,
+    headers={
+        IDEMPOTENCY_HEADER: "1-256 printable characters. The same key with the same body "
+        "answers the first event again (200); with another body 409. Remembered for "
+        "RELAY_IDEMPOTENCY_TTL (24 h), per app."
+    },
+    responses={201: EventOut, 200: EventOut},
+    errors={
+        409: ("idempotency_key_reused",),
+        422: (
+            "payload_invalid",
+            "unknown_event_type",
+            "schema_invalid",
+            "unknown_endpoint",
+            "too_many_deliveries",
+            "app_reserved",
+        ),
+        503: ("replication_timeout",),
+    },
+    examples={
+        "order-paid": (
+            "An event for every subscribed endpoint of the app default",
+            {"type": "order.paid", "payload": {"order": 1001, "amount": 4200}},
+        ),
+        "ordered": (
+            "An event of the app shop, in order with the others of its order",
+            {
+                "type": "order.refunded",
+                "app": "shop",
+                "ordering_key": "order-1001",
+                "payload": {"order": 1001, "amount": 4200},
+            },
+        ),
     },
 )
 async def publish(request: web.Request) -> web.Response:
+    """Store the event and one delivery per endpoint of its app that subscribes to its
+    type (or per ``endpoint_ids``), then answer 201: once answered, it is in Redis. A type
+    of the catalog with a schema validates the payload first. With an
+    ``Idempotency-Key``, a retry answers the first event (200) and writes nothing."""
     if tracing.on:  # a span continuing the caller's traceparent (relay.tracing)
         with tracing.publish_span(request.headers) as span:
             try:
@@ -80,9 +111,13 @@ async def _publish(request: web.Request, span: Any = None) -> web.Response:
     "GET",
     "/v1/events/{id}",
     summary="Read an event and its deliveries",
-    responses={200: EventDetail, 404: ErrorOut},
+    operation_id="getEvent",
+    tag="Events",
+    responses={200: EventDetail},
 )
 async def read(request: web.Request) -> web.Response:
+    """The event with its payload, its deliveries, and ``filtered``: the endpoints left
+    out because their filter erred on it."""
     ident = request.match_info["id"]
     event = found(await request.app[STORE].get_event(ident), "event", ident)
     event["created_at"] = signing.rfc3339_ms(event["created_at"])

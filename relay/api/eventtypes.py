@@ -11,7 +11,6 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from relay.api.common import STORE, ApiError, body, found, json, route
-from relay.api.models import ErrorOut
 from relay.domain.eventtypes import EventTypeIn, EventTypePatch
 from relay.endpoints.catalog import Catalog, EventTypeExists, EventTypeInUse, SchemaInvalid
 
@@ -39,10 +38,36 @@ def _schema_invalid(exc: SchemaInvalid) -> ApiError:
     "POST",
     "/v1/event-types",
     summary="Add an event type to the catalog",
+    operation_id="createEventType",
+    tag="Event types",
     body=EventTypeIn,
-    responses={201: EventTypeOut, 409: ErrorOut, 422: ErrorOut, 503: ErrorOut},
+    responses={201: EventTypeOut},
+    errors={
+        409: ("event_type_exists",),
+        422: ("schema_invalid",),
+        503: ("replication_timeout",),
+    },
+    examples={
+        "order-paid": (
+            "A type whose payloads must carry an integer order and amount",
+            {
+                "name": "order.paid",
+                "description": "An order was paid",
+                "schema": {
+                    "type": "object",
+                    "required": ["order", "amount"],
+                    "properties": {
+                        "order": {"type": "integer"},
+                        "amount": {"type": "integer", "minimum": 0},
+                    },
+                },
+            },
+        ),
+    },
 )
 async def create(request: web.Request) -> web.Response:
+    """A type publishers may send, with a description and an optional JSON Schema (Draft
+    2020-12, self-contained) that every payload of the type is validated against."""
     data, _ = await body(request, EventTypeIn)
     try:
         record = await Catalog(request.app[STORE]).create(data)
@@ -57,9 +82,12 @@ async def create(request: web.Request) -> web.Response:
     "GET",
     "/v1/event-types",
     summary="List the event type catalog, by name",
+    operation_id="listEventTypes",
+    tag="Event types",
     responses={200: EventTypeList},
 )
 async def list_(request: web.Request) -> web.Response:
+    """Every event type of the catalog, with its schema and deprecation."""
     return json({"data": await request.app[STORE].list_event_types()})
 
 
@@ -67,9 +95,12 @@ async def list_(request: web.Request) -> web.Response:
     "GET",
     "/v1/event-types/{name}",
     summary="Read an event type",
-    responses={200: EventTypeOut, 404: ErrorOut},
+    operation_id="getEventType",
+    tag="Event types",
+    responses={200: EventTypeOut},
 )
 async def read(request: web.Request) -> web.Response:
+    """The event type with its description, schema and deprecation."""
     name = request.match_info["name"]
     return json(found(await request.app[STORE].get_event_type(name), "event type", name))
 
@@ -78,10 +109,21 @@ async def read(request: web.Request) -> web.Response:
     "PATCH",
     "/v1/event-types/{name}",
     summary="Change an event type (schema: null removes the schema)",
+    operation_id="updateEventType",
+    tag="Event types",
     body=EventTypePatch,
-    responses={200: EventTypeOut, 404: ErrorOut, 422: ErrorOut, 503: ErrorOut},
+    responses={200: EventTypeOut},
+    errors={422: ("schema_invalid",), 503: ("replication_timeout",)},
+    examples={
+        "deprecate": (
+            "Deprecate it: still accepted, publishing it says type_deprecated",
+            {"deprecated": True},
+        ),
+        "no-schema": ("Remove its schema: any payload", {"schema": None}),
+    },
 )
 async def patch(request: web.Request) -> web.Response:
+    """Change the description, the schema (``null`` removes it) or the deprecation."""
     name = request.match_info["name"]
     data, _ = await body(request, EventTypePatch)
     try:
@@ -97,9 +139,14 @@ async def patch(request: web.Request) -> web.Response:
     "DELETE",
     "/v1/event-types/{name}",
     summary="Remove an event type (409 while endpoints subscribe to it by name)",
-    responses={204: None, 404: ErrorOut, 409: ErrorOut, 503: ErrorOut},
+    operation_id="deleteEventType",
+    tag="Event types",
+    responses={204: None},
+    errors={409: ("event_type_in_use",), 503: ("replication_timeout",)},
 )
 async def delete(request: web.Request) -> web.Response:
+    """Remove the type from the catalog, unless an endpoint subscribes to it by its exact
+    name (wildcards do not hold it). Deprecate a type before removing it."""
     name = request.match_info["name"]
     try:
         gone = await Catalog(request.app[STORE]).delete(name)

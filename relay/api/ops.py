@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from aiohttp import web
-from pydantic import BaseModel
+from pydantic import BaseModel, RootModel
 
-from relay import __version__
-from relay.api.common import ROUTES, STORE, json, route
-from relay.api.models import ErrorOut, StatsOut
+from relay.api.common import SETTINGS, STORE, json, route
+from relay.api.models import StatsOut
+from relay.api.openapi import openapi_document
 from relay.ops import metrics
 
 
@@ -18,8 +18,27 @@ class HealthOut(BaseModel):
     error: str | None = None
 
 
-@route("GET", "/healthz", summary="Alive", auth=False, responses={200: HealthOut})
+class MetricsText(RootModel[str]):
+    """Prometheus' text exposition format."""
+
+    media_type: ClassVar[str] = "text/plain"
+
+
+class OpenApiOut(RootModel[dict[str, Any]]):
+    """An OpenAPI 3.1 document."""
+
+
+@route(
+    "GET",
+    "/healthz",
+    summary="Alive",
+    operation_id="getHealth",
+    tag="Operations",
+    auth=False,
+    responses={200: HealthOut},
+)
 async def healthz(request: web.Request) -> web.Response:
+    """The process answers. No Redis call: a liveness probe."""
     return json({"status": "ok"})
 
 
@@ -27,10 +46,14 @@ async def healthz(request: web.Request) -> web.Response:
     "GET",
     "/readyz",
     summary="Ready: Redis answers and accepts writes",
+    operation_id="getReadiness",
+    tag="Operations",
     auth=False,
     responses={200: HealthOut, 503: HealthOut},
 )
 async def readyz(request: web.Request) -> web.Response:
+    """200 when Redis takes a write (a key set with a TTL and deleted at once); 503 with
+    ``Retry-After: 1`` when it does not (down, read-only, busy, loading, full)."""
     try:
         # a tiny write with a TTL: a read-only replica, a busy script, MISCONF or a full
         # Redis answers PING but refuses every publish
@@ -46,98 +69,40 @@ async def readyz(request: web.Request) -> web.Response:
     "GET",
     "/v1/stats",
     summary="Counts by status, queue depths, oldest due age",
-    responses={200: StatsOut, 401: ErrorOut},
+    operation_id="getStats",
+    tag="Operations",
+    responses={200: StatsOut},
 )
 async def stats(request: web.Request) -> web.Response:
+    """Deliveries by status, the due, scheduled and processing queues, the age of the
+    oldest due delivery and the ordered lanes blocked by a dead head (the operator's)."""
     return json(await request.app[STORE].stats())
 
 
-@route("GET", "/metrics", summary="Prometheus metrics of this process", auth=False)
+@route(
+    "GET",
+    "/metrics",
+    summary="Prometheus metrics of this process",
+    operation_id="getMetrics",
+    tag="Operations",
+    responses={200: MetricsText},
+    auth=False,
+)
 async def prometheus(request: web.Request) -> web.Response:
+    """Prometheus' text format: this process's counters and histograms, and gauges read
+    from Redis at scrape time (the same on every replica: aggregate them with ``max``)."""
     return await metrics.render(request.app[STORE])
 
 
-def openapi_document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document, generated from the route table and its models."""
-    schemas: dict[str, Any] = {}
-
-    def ref(model: Any) -> dict[str, Any]:
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        for name, sub in schema.pop("$defs", {}).items():
-            schemas[name] = sub
-        schemas[model.__name__] = schema
-        return {"$ref": f"#/components/schemas/{model.__name__}"}
-
-    paths: dict[str, Any] = {}
-    for spec in ROUTES:
-        op: dict[str, Any] = {"summary": spec.summary, "responses": {}}
-        for param in ("id", "name"):
-            if "{" + param + "}" in spec.path:
-                op["parameters"] = [
-                    {"name": param, "in": "path", "required": True, "schema": {"type": "string"}}
-                ]
-        if spec.query is not None:
-            for name, f in spec.query.model_fields.items():
-                op.setdefault("parameters", []).append(
-                    {
-                        "name": name,
-                        "in": "query",
-                        "required": f.is_required(),
-                        "schema": spec.query.model_json_schema()["properties"][name],
-                    }
-                )
-        if spec.body is not None:
-            op["requestBody"] = {
-                "required": spec.body_required,
-                "content": {"application/json": {"schema": ref(spec.body)}},
-            }
-        responses = dict(spec.responses or {200: None})
-        # What the shared request parsing answers on its own (relay.api.common).
-        if spec.body is not None:
-            responses.setdefault(400, ErrorOut)  # invalid_json
-            responses.setdefault(413, ErrorOut)  # payload_too_large
-        if spec.body is not None or spec.query is not None:
-            responses.setdefault(422, ErrorOut)  # validation_error
-        for status, model in sorted(responses.items()):
-            entry: dict[str, Any] = {"description": "error" if status >= 400 else "ok"}
-            if model is not None:
-                entry["content"] = {"application/json": {"schema": ref(model)}}
-            op["responses"][str(status)] = entry
-        if spec.auth:
-            op["security"] = [{"bearer": []}]
-            op["responses"].setdefault(
-                "401",
-                {
-                    "description": "missing or invalid token",
-                    "content": {"application/json": {"schema": ref(ErrorOut)}},
-                },
-            )
-            # relay.api.access: an app's API key or portal session without the scope, or
-            # past its rate limit (RELAY_API_RATE)
-            for status, text in ((403, "forbidden for this key"), (429, "rate_limited")):
-                op["responses"].setdefault(
-                    str(status),
-                    {
-                        "description": text,
-                        "content": {"application/json": {"schema": ref(ErrorOut)}},
-                    },
-                )
-        paths.setdefault(spec.path, {})[spec.method.lower()] = op
-    return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "relay",
-            "version": __version__,
-            "description": "Webhook delivery service on Redis",
-        },
-        "paths": paths,
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-    }
-
-
-@route("GET", "/openapi.json", summary="This document", auth=False)
+@route(
+    "GET",
+    "/openapi.json",
+    summary="This document",
+    operation_id="getOpenapiDocument",
+    tag="Operations",
+    responses={200: OpenApiOut},
+    auth=False,
+)
 async def openapi(request: web.Request) -> web.Response:
-    return json(openapi_document())
+    """The OpenAPI 3.1 description of this API, generated from its route table."""
+    return json(openapi_document(request.app[SETTINGS].public_url))

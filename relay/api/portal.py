@@ -20,7 +20,7 @@ from importlib import resources
 
 from aiohttp import web
 
-from relay.api.common import SETTINGS, route
+from relay.api.common import SETTINGS, page
 from relay.settings import Settings
 
 STATIC = {
@@ -58,45 +58,37 @@ async def _static(request: web.Request, name: str) -> web.Response:
     return resp
 
 
-@route(
-    "GET",
-    "/portal",
-    summary="The portal (redirects to /portal/)",
-    responses={302: None},
-    auth=False,
-)
+@page("/portal")
 async def portal_redirect(request: web.Request) -> web.Response:
     # A fragment stays with the browser across a redirect; nothing to carry here.
     raise web.HTTPFound("/portal/")
 
 
-@route("GET", "/portal/", summary="The consumer portal page (token in the #fragment)", auth=False)
+@page("/portal/")
 async def portal_index(request: web.Request) -> web.Response:
     return await _static(request, "portal.html")
 
 
-@route("GET", "/portal/portal.js", summary="The portal script", auth=False)
+@page("/portal/portal.js")
 async def portal_script(request: web.Request) -> web.Response:
     return await _static(request, "portal.js")
 
 
-@route("GET", "/portal/portal.css", summary="The portal style sheet", auth=False)
+@page("/portal/portal.css")
 async def portal_style(request: web.Request) -> web.Response:
     return await _static(request, "portal.css")
 
 
-@route("GET", "/portal/kit.js", summary="The portal's DOM and formatting helpers", auth=False)
+@page("/portal/kit.js")
 async def portal_kit(request: web.Request) -> web.Response:
     return await _static(request, "kit.js")
 
 
-@route("GET", "/portal/epform.js", summary="The endpoint form (portal and dashboard)", auth=False)
+@page("/portal/epform.js")
 async def portal_epform(request: web.Request) -> web.Response:
     return await _static(request, "epform.js")
 
 
-@route(
-    "GET", "/portal/app.css", summary="The dashboard style sheet the portal builds on", auth=False
-)
+@page("/portal/app.css")
 async def portal_base_style(request: web.Request) -> web.Response:
     return await _static(request, "app.css")

@@ -12,7 +12,6 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from relay.api.common import STORE, ApiError, body, found, json, route
-from relay.api.models import ErrorOut
 from relay.domain.replayspec import ReplayIn
 from relay.ops.replays import ReplayNotRunning, Replays
 
@@ -51,10 +50,32 @@ class ReplayJobCount(BaseModel):
     "POST",
     "/v1/replays",
     summary="Replay the deliveries of a time range (a job), or count them (dry_run)",
+    operation_id="startReplay",
+    tag="Replays",
     body=ReplayIn,
-    responses={202: ReplayJobOut, 200: ReplayJobCount, 422: ErrorOut},
+    responses={202: ReplayJobOut, 200: ReplayJobCount},
+    errors={422: ("unknown_endpoint",)},
+    examples={
+        "count": (
+            "Count the dead order deliveries of an outage first (nothing changes)",
+            {
+                "since": "2026-12-01T08:00:00Z",
+                "until": "2026-12-01T10:30:00Z",
+                "type": "order.*",
+                "status": ["dead"],
+                "dry_run": True,
+            },
+        ),
+        "replay": (
+            "Replay them: a job the workers run, paced per endpoint",
+            {"since": "2026-12-01T08:00:00Z", "until": "2026-12-01T10:30:00Z"},
+        ),
+    },
 )
 async def start(request: web.Request) -> web.Response:
+    """Replay every delivery created in the range (both ends inclusive) that matches
+    ``endpoint_id``, ``type`` and ``status`` (dead by default): a job the workers run,
+    paced per endpoint. With ``dry_run``, only count them (200) and change nothing."""
     spec, _ = await body(request, ReplayIn)
     store = request.app[STORE]
     if spec.endpoint_id is not None and not await store.endpoint_known(spec.endpoint_id):
@@ -66,9 +87,15 @@ async def start(request: web.Request) -> web.Response:
 
 
 @route(
-    "GET", "/v1/replays", summary="List replay jobs, newest first", responses={200: ReplayJobList}
+    "GET",
+    "/v1/replays",
+    summary="List replay jobs, newest first",
+    operation_id="listReplays",
+    tag="Replays",
+    responses={200: ReplayJobList},
 )
 async def list_(request: web.Request) -> web.Response:
+    """Every replay job with its progress, newest first."""
     return json({"data": await Replays(request.app[STORE]).list()})
 
 
@@ -76,9 +103,13 @@ async def list_(request: web.Request) -> web.Response:
     "GET",
     "/v1/replays/{id}",
     summary="A replay job and its progress",
-    responses={200: ReplayJobOut, 404: ErrorOut},
+    operation_id="getReplay",
+    tag="Replays",
+    responses={200: ReplayJobOut},
 )
 async def read(request: web.Request) -> web.Response:
+    """The job's state (running, done, cancelled, failed) and counts: matched, replayed,
+    skipped, waiting, outstanding."""
     ident = request.match_info["id"]
     job: dict[str, Any] | None = await Replays(request.app[STORE]).get(ident)
     return json(found(job, "replay", ident))
@@ -88,10 +119,14 @@ async def read(request: web.Request) -> web.Response:
     "POST",
     "/v1/replays/{id}/cancel",
     summary="Cancel a running replay job (what it replayed stays replayed)",
-    responses={200: ReplayJobOut, 404: ErrorOut, 409: ErrorOut},
+    operation_id="cancelReplay",
+    tag="Replays",
+    responses={200: ReplayJobOut},
+    errors={409: ("replay_not_running",)},
     body_required=False,
 )
 async def cancel(request: web.Request) -> web.Response:
+    """Stop a running job; the deliveries it replayed stay replayed."""
     ident = request.match_info["id"]
     try:
         return json(await Replays(request.app[STORE]).cancel(ident))

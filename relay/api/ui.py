@@ -23,12 +23,11 @@ from pydantic import BaseModel, Field
 from yarl import URL
 
 from relay import __version__
-from relay.api.common import STORE, ApiError, json, route
+from relay.api.common import STORE, ApiError, json, page, route
 from relay.api.deliveries import listing
 from relay.api.models import (
     DeliveryDetail,
     DeliveryList,
-    ErrorOut,
     EventDetail,
     StatsOut,
     UiDeliveryQuery,
@@ -129,32 +128,32 @@ async def _static(name: str) -> web.Response:
     return resp
 
 
-@route("GET", "/ui", summary="The dashboard (redirects to /ui/)", responses={302: None}, auth=False)
+@page("/ui")
 async def ui_redirect(request: web.Request) -> web.Response:
     raise web.HTTPFound("/ui/")
 
 
-@route("GET", "/ui/", summary="The dashboard page", auth=False)
+@page("/ui/")
 async def ui_index(request: web.Request) -> web.Response:
     return await _static("index.html")
 
 
-@route("GET", "/ui/app.js", summary="The dashboard script", auth=False)
+@page("/ui/app.js")
 async def ui_script(request: web.Request) -> web.Response:
     return await _static("app.js")
 
 
-@route("GET", "/ui/kit.js", summary="The dashboard's DOM, formatting and chart helpers", auth=False)
+@page("/ui/kit.js")
 async def ui_kit(request: web.Request) -> web.Response:
     return await _static("kit.js")
 
 
-@route("GET", "/ui/epform.js", summary="The dashboard's endpoint form", auth=False)
+@page("/ui/epform.js")
 async def ui_epform(request: web.Request) -> web.Response:
     return await _static("epform.js")
 
 
-@route("GET", "/ui/app.css", summary="The dashboard style sheet", auth=False)
+@page("/ui/app.css")
 async def ui_style(request: web.Request) -> web.Response:
     return await _static("app.css")
 
@@ -240,9 +239,13 @@ async def endpoint_health(
     "GET",
     "/v1/ui/overview",
     summary="Dashboard: stats and deliveries per minute by outcome (last 30 minutes)",
+    operation_id="getDashboardOverview",
+    tag="Dashboard",
     responses={200: OverviewOut},
 )
 async def overview(request: web.Request) -> web.Response:
+    """The counts of ``/v1/stats`` and deliveries per minute by outcome, the last 30
+    minutes, with relay's version and Redis's clock."""
     store = request.app[STORE]
     now = await store.now_ms()
     return json(
@@ -259,10 +262,14 @@ async def overview(request: web.Request) -> web.Response:
     "GET",
     "/v1/ui/deliveries",
     summary="Dashboard: deliveries, newest first, filterable by event type too",
+    operation_id="listDashboardDeliveries",
+    tag="Dashboard",
     query=UiDeliveryQuery,
-    responses={200: DeliveryList, 400: ErrorOut, 422: ErrorOut},
+    responses={200: DeliveryList},
+    errors={400: ("invalid_cursor",)},
 )
 async def deliveries(request: web.Request) -> web.Response:
+    """The deliveries table of the dashboard: ``/v1/deliveries``'s page and filters."""
     return await listing(request, UiDeliveryQuery)
 
 
@@ -270,9 +277,13 @@ async def deliveries(request: web.Request) -> web.Response:
     "GET",
     "/v1/ui/deliveries/{id}",
     summary="Dashboard: a delivery with its attempt log, event payload and headers sent",
-    responses={200: DeliveryView, 404: ErrorOut},
+    operation_id="getDashboardDelivery",
+    tag="Dashboard",
+    responses={200: DeliveryView},
 )
 async def delivery_view(request: web.Request) -> web.Response:
+    """The drawer of the dashboard: the delivery, its event and endpoint, and the headers
+    it was sent with (signatures and custom header values hidden)."""
     store = request.app[STORE]
     delivery = await store.get_delivery(request.match_info["id"])
     if delivery is None:
@@ -301,9 +312,12 @@ async def delivery_view(request: web.Request) -> web.Response:
     "GET",
     "/v1/ui/endpoint-health",
     summary="Dashboard: success rate over each endpoint's newest deliveries, in-flight now",
+    operation_id="getDashboardEndpointHealth",
+    tag="Dashboard",
     responses={200: EndpointHealthList},
 )
 async def endpoint_health_route(request: web.Request) -> web.Response:
+    """Per endpoint: the success rate over its newest deliveries and its sends in flight."""
     store = request.app[STORE]
     endpoints = await store.list_endpoints()
     data = await endpoint_health(store, [e["id"] for e in endpoints])

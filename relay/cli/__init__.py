@@ -18,7 +18,7 @@ from relay.cli import deliveries, lanes, migrate, outbox, processes, views
 def main() -> None:
     """relay: webhook delivery on Redis.
 
-    Settings come from RELAY_* environment variables (see the README); the operator
+    Settings come from RELAY_* environment variables (docs: reference/settings); the operator
     commands (stats, dead, replay, discard, blocked, endpoints, inspect, purge,
     migrate) use RELAY_REDIS_URL, RELAY_KEY_PREFIX and RELAY_SHARDS to find the data.
 

@@ -73,7 +73,7 @@ def sign(secrets: Sequence[str], msg_id: str, timestamp: int, body: bytes) -> st
 
 def verify(public_key: str, msg_id: str, timestamp: str, body: bytes, header: str) -> bool:
     """True if one ``v1a`` signature of ``header`` is ``public_key``'s over the content
-    (the demo receiver's check; the README has a stand-alone one for receivers)."""
+    (the demo receiver's check; the receiving guide has a stand-alone one)."""
     try:
         raw = base64.b64decode(public_key.removeprefix(PUBLIC_PREFIX), validate=True)
         key = Ed25519PublicKey.from_public_bytes(raw)

@@ -34,7 +34,7 @@ from relay.queue.store import Store
 log = structlog.get_logger("relay.worker")
 
 ROTATION_GRACE_MS = 24 * 3600 * 1000  # an old secret keeps signing this long
-# Bounded rotation (README, decisions): at most this many old secrets sign beside the
+# Bounded rotation (docs/design/decisions.md): at most this many old secrets sign beside the
 # current one (each adds a signature to every request), and one rotation per interval.
 MAX_PREVIOUS_SECRETS = 2
 ROTATION_INTERVAL_MS = 60 * 1000

@@ -11,7 +11,8 @@ The Lua scripts (``relay/queue/lua/``) name no key themselves: they get whole ke
 KEYS, and for keys of ids only known inside a script (a claim's due ids, a sweep's
 finished ids) the key prefix in ARGV, built here (``ShardKeys.delivery_prefix`` and
 the like), to which they append the id. ``tests/test_keys.py`` holds this table, the
-README's copy of it and every key the scripts touch to these builders.
+docs' copy of it (docs/reference/redis-keys.md) and every key the scripts touch to these
+builders.
 
 =========================================  ======  =============================================
 key                                        type    holds

@@ -14,7 +14,7 @@ score and no longer writes.
 
 Key by key, each copied before its old key goes, and idempotent: a run cut short is run
 again, and a key already under v3 is not written twice (the copy is skipped, the old key
-deleted). Run it with every relay process stopped (README "Upgrading"): ``relay api``
+deleted). Run it with every relay process stopped (docs/operating/upgrades.md): ``relay api``
 and ``relay worker`` refuse to start while an old key is left (:meth:`legacy_left`).
 """
 
