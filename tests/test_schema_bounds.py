@@ -7,6 +7,7 @@ a backtracking pattern or a quadratic ``uniqueItems`` would take."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -148,6 +149,32 @@ async def test_a_pattern_re2_cannot_run_is_refused_at_write(make_store: Any, mak
     ):
         message = await refused_at_write(api, schema)
         assert "RE2" in message and "pattern" in message, (schema, message)
+
+
+@pytest.mark.realredis
+async def test_checking_a_large_schema_does_not_hold_up_other_requests(
+    make_store: Any, make_api: Any
+) -> None:
+    """The metaschema check of a schema near the limits takes a second or more of CPU; the
+    API's event loop keeps answering meanwhile."""
+    api = await make_api(await make_store())
+    heavy = {"anyOf": [{} for _ in range(9_000)]}
+    lags: list[float] = []
+    done = asyncio.Event()
+
+    async def tick() -> None:
+        while not done.is_set():
+            started = time.perf_counter()
+            await asyncio.sleep(0.005)
+            lags.append(time.perf_counter() - started)
+
+    ticker = asyncio.create_task(tick())
+    started = time.perf_counter()
+    await call(api, "POST", "/v1/event-types", 201, json={"name": "heavy", "schema": heavy})
+    took = time.perf_counter() - started
+    done.set()
+    await ticker
+    assert max(lags) < 0.5, (max(lags), took)
 
 
 @pytest.mark.realredis
