@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator, validators
 
 from relay.domain.eventtypes import EventTypeIn, check_schema, event_type_record, payload_error
 
@@ -256,3 +257,16 @@ def test_unique_items_over_thousands_of_objects_is_fast() -> None:
 def test_unique_items_keeps_json_schema_equality(items: list[Any], unique: bool) -> None:
     validator = check_schema({"uniqueItems": True})
     assert (payload_error(validator, items) is None) is unique
+
+
+def test_a_failing_payload_is_checked_once() -> None:
+    runs: list[Any] = []
+
+    def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        runs.append(instance)
+        return iter(())
+
+    counting = validators.extend(Draft202012Validator, {"x-counted": counted})
+    validator = counting({"x-counted": True, "type": "integer"})
+    assert payload_error(validator, "not an integer") is not None
+    assert len(runs) == 1

@@ -136,11 +136,9 @@ def json_path(error: ValidationError) -> str:
 
 def payload_error(validator: Validator, payload: Any) -> tuple[str, str] | None:
     """``(json path, message)`` of the most relevant reason ``payload`` fails, or None when
-    it is valid. The valid case, the common one, runs the fast ``is_valid`` only. Raises
-    :class:`SchemaInvalid` if the schema cannot be applied."""
+    it is valid, in one pass over the schema. Raises :class:`SchemaInvalid` if the schema
+    cannot be applied."""
     try:
-        if validator.is_valid(payload):
-            return None
         error = best_match(validator.iter_errors(payload))
     except Unresolvable as exc:
         raise SchemaInvalid(f"the event type's schema cannot be applied: {exc}"[:500]) from None
