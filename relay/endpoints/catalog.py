@@ -17,8 +17,10 @@ the API's cache of compiled validators.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +40,10 @@ from relay.queue.store import Store
 
 MAX_AGE = 30.0
 MAX_ENTRIES = 10_000
+# Checking a schema near the size limits is long CPU work (the metaschema check most of
+# it): one thread does it, so the event loop keeps answering, and concurrent writes queue
+# for that thread instead of sharing the process's CPU among them.
+_CHECKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-schema-check")
 
 __all__ = ["Catalog", "EventTypeCache", "Known", "SchemaInvalid", "lookup"]
 
@@ -102,6 +108,10 @@ def unknown_patterns(patterns: Iterable[str], names: Iterable[str]) -> list[str]
     return [p for p in patterns if p != "*" and not any(matching.matches([p], n) for n in known)]
 
 
+async def _check(schema: Any) -> None:
+    await asyncio.get_running_loop().run_in_executor(_CHECKER, check_schema, schema)
+
+
 class Catalog:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -109,7 +119,7 @@ class Catalog:
     async def create(self, fields: EventTypeIn) -> dict[str, Any]:
         """Add a type; raises :class:`SchemaInvalid` or :class:`EventTypeExists`."""
         if fields.schema_ is not None:
-            check_schema(fields.schema_)
+            await _check(fields.schema_)
         record = event_type_record(fields)
         if not await self.store.put_event_type(record):
             raise EventTypeExists(f"event type {fields.name} already exists")
@@ -118,7 +128,7 @@ class Catalog:
     async def update(self, name: str, changes: Mapping[str, Any]) -> dict[str, Any] | None:
         """Apply validated changes (``schema`` checked first); None when no such type."""
         if changes.get("schema") is not None:
-            check_schema(changes["schema"])
+            await _check(changes["schema"])
         for _ in range(20):
             raw = await self.store.get_event_type_raw(name)
             if raw is None:
