@@ -31,7 +31,7 @@ from relay.queue.base import answers
 from relay.queue.errors import NOT_UP
 from relay.queue.store import Claimed, Store, connect
 from relay.redisproc import RedisServer, free_port
-from relay.settings import DEV_REDIS_RECORD, Settings
+from relay.settings import DEV_REDIS_RECORD, Settings, TestHooks
 
 T = TypeVar("T")
 
@@ -99,14 +99,19 @@ def crash_hook(marker: str) -> BeforeSend | None:
 
 
 async def run_worker(
-    store: Store, stop: asyncio.Event, worker: Worker | None = None, *, burst: bool = False
+    store: Store,
+    stop: asyncio.Event,
+    worker: Worker | None = None,
+    *,
+    burst: bool = False,
+    hooks: TestHooks | None = None,
 ) -> None:
     """What a worker process runs: the worker and, beside it, the retention sweeper
     (every ``RELAY_SWEEP_INTERVAL``), the replay jobs it leases (``ReplayRunner``), the ops
     relay (operational events) and, when ``RELAY_METRICS_PORT`` is set, a /metrics
     exporter, which stop with the worker."""
     if worker is None:
-        hook = crash_hook(store.settings.test_crash_marker)
+        hook = crash_hook(hooks.crash_marker) if hooks else None
         worker = Worker(store, store.settings, before_send=hook)
     settings = worker.settings
     exporter = None  # each replica serves its own /metrics when RELAY_METRICS_PORT is set
@@ -154,7 +159,9 @@ async def open_store(settings: Settings, stop: asyncio.Event) -> Store | None:
     return store
 
 
-async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
+async def serve(
+    settings: Settings, *, with_api: bool, with_worker: bool, hooks: TestHooks | None = None
+) -> None:
     """Run the API and/or a worker until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     _stop_on_signals(stop)
@@ -174,7 +181,7 @@ async def serve(settings: Settings, *, with_api: bool, with_worker: bool) -> Non
                 open_files=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
             )
         if with_worker:
-            tasks.append(asyncio.create_task(run_worker(store, stop)))
+            tasks.append(asyncio.create_task(run_worker(store, stop, hooks=hooks)))
         await stop.wait()
         log.info("shutdown.begin")
         await asyncio.gather(*tasks)
@@ -233,7 +240,9 @@ def raise_open_files() -> int:
     return soft
 
 
-def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
+def run(
+    settings: Settings, *, with_api: bool, with_worker: bool, hooks: TestHooks | None = None
+) -> None:
     logs.configure(settings.log_format, settings.log_level)
     raise_open_files()
     if with_worker:
@@ -245,7 +254,7 @@ def run(settings: Settings, *, with_api: bool, with_worker: bool) -> None:
             service=settings.tracing_service,
         )
     try:
-        run_loop(settings, serve(settings, with_api=with_api, with_worker=with_worker))
+        run_loop(settings, serve(settings, with_api=with_api, with_worker=with_worker, hooks=hooks))
     except RedisRefused as exc:  # one line, no traceback, exit 1
         print(f"relay: refusing to start on {settings.redis_shown}: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -1,7 +1,10 @@
 """One frozen settings object, built once from defaults and ``RELAY_*`` variables.
 
-Nothing else in relay reads the environment: the object is passed in explicitly.
-Secrets (API tokens, a password inside the Redis URL) are redacted in its ``repr``.
+Each setting is declared once, below: its variable, parser, default and one line of doc
+(:func:`relay.domain.settingspec.setting`); ``from_env``, the errors naming a variable and
+the configuration reference (:func:`reference_markdown`) are derived from it. Nothing else
+in relay reads the environment: the object is passed in explicitly. Secrets (API tokens, a
+password inside the Redis URL) are redacted in its ``repr``.
 """
 
 from __future__ import annotations
@@ -10,12 +13,13 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from relay.domain import access, otelenv
 from relay.domain.retry import max_attempts_for, parse_duration, parse_schedule
+from relay.domain.settingspec import SettingsError, read_env, redacted_repr, reference, setting
 from relay.domain.settingvalues import (
     _ack_timeout,
     _app_name,
@@ -40,10 +44,6 @@ DEV_DIR = Path(".relay")  # `relay dev`'s data folder: api-token, redis-url, red
 DEV_REDIS_RECORD = "redis-url"  # in it: the Redis a running `relay dev` uses
 
 
-class SettingsError(ValueError):
-    """A ``RELAY_*`` variable has a value relay cannot use."""
-
-
 def _redact_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is not None:
@@ -66,112 +66,190 @@ def _redact_dsn(dsn: str) -> str:
     return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn, flags=re.I)
 
 
+REDIS = "Redis"
+API = "HTTP API"
+DELIVERY = "Delivery"
+HEALTH = "Endpoint health"
+KEEPING = "Retention"
+JOBS = "Replay jobs"
+OPS = "Operational events"
+OUTBOX = "Postgres outbox"
+PROCESS = "Processes and logs"
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _token_count(tokens: tuple[str, ...]) -> str:
+    return f"<{len(tokens)} token(s)>"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
-    redis_url: str = DEFAULT_REDIS_URL
-    redis_url_given: bool = False  # RELAY_REDIS_URL was set (else `relay dev` may start one)
+    # One field per RELAY_* variable, read by from_env; the fields after them are derived.
+    # fmt: off
+    redis_url: str = setting("RELAY_REDIS_URL", _redis_url, DEFAULT_REDIS_URL, group=REDIS,
+        doc="Redis URL: `redis://`, `rediss://` or `unix://`. The operator commands use the "
+        "Redis a running `relay dev` recorded in `.relay/redis-url` when it is unset",
+        secret=_redact_url)
+    dev_private_redis: bool = setting("RELAY_DEV_PRIVATE_REDIS", _flag, "0", group=REDIS,
+        doc="`1`: `relay dev` starts its own `redis-server` even when one answers on the "
+        "default URL (`relay dev --private-redis`, `make run PRIVATE_REDIS=1`)")
+    redis_cluster: bool = setting("RELAY_REDIS_CLUSTER", _flag, "0", group=REDIS,
+        doc="`1`: `RELAY_REDIS_URL` is a seed node of a Redis Cluster")
+    redis_sentinels: tuple[tuple[str, int], ...] = setting(
+        "RELAY_REDIS_SENTINELS", _sentinels, "", empty=(), group=REDIS,
+        doc="Redis Sentinel addresses, `host:port,host:port` (port `26379` when left out): "
+        "Sentinel names the primary, and `RELAY_REDIS_URL` still gives the db number, user, "
+        "password and options (its host and port are ignored); not with "
+        "`RELAY_REDIS_CLUSTER=1` or a `unix://` URL")
+    redis_sentinel_master: str = setting("RELAY_REDIS_SENTINEL_MASTER", str, "relay",
+        group=REDIS, doc="the name the Sentinels monitor the primary under")
+    redis_sentinel_password: str = setting("RELAY_REDIS_SENTINEL_PASSWORD", str, "",
+        group=REDIS, secret=True,
+        doc="password of the Sentinels themselves (`requirepass` in `sentinel.conf`); the "
+        "primary's own comes from `RELAY_REDIS_URL`")
+    ack_replicas: int = setting("RELAY_ACK_REPLICAS", _non_negative_int, "0", group=REDIS,
+        doc="replicas that must confirm (`WAIT`) every write answered to a client before the "
+        "answer, else 503 `replication_timeout`; `0` sends no `WAIT`; not with "
+        "`RELAY_REDIS_CLUSTER=1`")
+    ack_timeout: float = setting("RELAY_ACK_TIMEOUT", _ack_timeout, "1s", group=REDIS,
+        doc="how long that confirmation may take (1 ms to 4 s, under the 5 s socket timeout)")
+    key_prefix: str = setting("RELAY_KEY_PREFIX", _prefix, "relay", group=REDIS,
+        doc="prefix of every key")
+    shards: int = setting("RELAY_SHARDS", _positive_int, "1", group=REDIS,
+        doc="queue shards, each under its own hash tag")
+
+    host: str = setting("RELAY_HOST", str, "127.0.0.1", group=API,
+        doc="bind address of the API (and of a worker's `/metrics`)")
+    port: int = setting("RELAY_PORT", _port, "8080", group=API, doc="bind port of the API")
+    header_timeout: float = setting("RELAY_HEADER_TIMEOUT", _positive_duration, "75s",
+        group=API, doc="an API connection must send a complete request head within this of "
+        "opening, or of its previous answer, else it is closed (an idle keep-alive connection "
+        "too: keep a load balancer's idle timeout under it); see "
+        "[Connection limits](../operating/connections.md)")
+    body_timeout: float = setting("RELAY_BODY_TIMEOUT", _positive_duration, "60s", group=API,
+        doc="a request body must have arrived within this of the API's starting to read it, "
+        "else 408 `request_timeout` and the connection is closed")
+    max_connections_per_client: int = setting("RELAY_MAX_CONNECTIONS_PER_CLIENT",
+        _non_negative_int, "256", group=API,
+        doc="connections one client address may hold open to the API; past it a new one is "
+        "closed at once, unanswered (`0`: no cap). Behind a proxy or NAT every connection "
+        "has its address: see [Connection limits](../operating/connections.md)")
+    api_tokens: tuple[str, ...] = setting("RELAY_API_TOKENS", _tokens, "", empty=(), group=API,
+        doc="comma-separated operator bearer tokens: every route, every app",
+        secret=_token_count)
+    auth_disabled: bool = setting("RELAY_AUTH_DISABLED", _flag, "0", group=API,
+        doc="`1` runs the API without auth")
+    api_rate: float = setting("RELAY_API_RATE", access.parse_api_rate, "100/s,200",
+        also="api_burst", group=API,
+        doc="requests per API key or portal session, shared by every API replica: "
+        "`RATE[/s|/m|/h][,BURST]` (`0`: no limit); past it 429 `rate_limited` with "
+        "`Retry-After`; the operator's `RELAY_API_TOKENS` are not limited")
+    portal_ttl: float = setting("RELAY_PORTAL_TTL", _positive_duration, "1h", group=API,
+        doc="lifetime of a portal session (`POST /v1/apps/{app}/portal`)")
+    portal_frame_ancestors: str = setting("RELAY_PORTAL_FRAME_ANCESTORS",
+        access.parse_frame_ancestors, "", group=API, shown="none (`'none'`)",
+        doc="who may embed `/portal/` in a frame: CSP `frame-ancestors` sources, "
+        "space-separated (`https://app.example.com`, `'self'`)")
+    public_url: str = setting("RELAY_PUBLIC_URL", access.parse_public_url, "", group=API,
+        shown="the request's own scheme and Host, only when that Host is a loopback "
+        "`host[:port]` (`localhost`, `127.0.0.1`, `[::1]`); any other Host is 400 "
+        "`public_url_required`",
+        doc="the API's public base URL, for portal session URLs (`https://hooks.example.com`; "
+        "no user, query or fragment)")
+    max_payload_bytes: int = setting("RELAY_MAX_PAYLOAD_BYTES", _positive_int, "262144",
+        group=API, doc="largest event payload (serialized)")
+    idempotency_ttl: float = setting("RELAY_IDEMPOTENCY_TTL", _positive_duration, "24h",
+        group=API, doc="how long an `Idempotency-Key` is remembered")
+    event_types_strict: bool = setting("RELAY_EVENT_TYPES_STRICT", _flag, "0", group=API,
+        doc="`1`: an event whose type is not in the catalog (`/v1/event-types`) is 422 "
+        "`unknown_event_type`, and endpoints may subscribe only to known types")
+
+    retry_schedule: tuple[float, ...] = setting("RELAY_RETRY_SCHEDULE", parse_schedule,
+        DEFAULT_SCHEDULE, group=DELIVERY, doc="delays between attempts; attempts = entries + 1")
+    retry_jitter: float = setting("RELAY_RETRY_JITTER", _fraction, "0.2", group=DELIVERY,
+        doc="fraction of each delay drawn at random (±)")
+    retry_after_cap: float = setting("RELAY_RETRY_AFTER_CAP", parse_duration, "1h",
+        group=DELIVERY, doc="longest `Retry-After` honoured")
+    http_timeout: float = setting("RELAY_HTTP_TIMEOUT", _positive_duration, "10s",
+        group=DELIVERY, doc="one delivery request, connect to last byte")
+    lease_seconds: float = setting("RELAY_LEASE_SECONDS", _positive_duration, "30s",
+        group=DELIVERY, doc="claim lease, extended while a send is in flight")
+    worker_concurrency: int = setting("RELAY_WORKER_CONCURRENCY", _positive_int, "64",
+        group=DELIVERY, doc="sends in flight per worker process")
+    claim_batch: int = setting("RELAY_CLAIM_BATCH", _positive_int, "64", group=DELIVERY,
+        doc="most deliveries taken by one claim")
+    allow_private_networks: bool = setting("RELAY_ALLOW_PRIVATE_NETWORKS", _flag, "0",
+        group=DELIVERY, doc="`1` lets endpoints resolve to loopback and private addresses")
+    slow_send_after: float = setting("RELAY_SLOW_SEND_AFTER", _positive_duration, "1s",
+        group=DELIVERY, doc="a send this slow stops counting against the concurrency")
+    shutdown_grace: float = setting("RELAY_SHUTDOWN_GRACE", parse_duration, "20s",
+        group=DELIVERY, doc="on SIGTERM, how long in-flight sends may finish")
+
+    breaker_threshold: int = setting("RELAY_BREAKER_THRESHOLD", _positive_int, "5",
+        group=HEALTH, doc="consecutive failures that open an endpoint's breaker")
+    breaker_cooldown: float = setting("RELAY_BREAKER_COOLDOWN", _positive_duration, "30s",
+        group=HEALTH, doc="the breaker's first open period")
+    breaker_cooldown_max: float = setting("RELAY_BREAKER_COOLDOWN_MAX", _positive_duration,
+        "1h", group=HEALTH, doc="the open period's cap while probes keep failing")
+    disable_after: float = setting("RELAY_DISABLE_AFTER", _positive_duration, "5d",
+        group=HEALTH, doc="failing this long without a success disables an endpoint")
+
+    retention: float = setting("RELAY_RETENTION", _positive_duration, "7d", group=KEEPING,
+        doc="how long succeeded deliveries and events are kept")
+    dead_retention: float = setting("RELAY_DEAD_RETENTION", _positive_duration, "30d",
+        group=KEEPING, doc="how long dead deliveries are kept")
+    sweep_interval: float = setting("RELAY_SWEEP_INTERVAL", _positive_duration, "60s",
+        group=KEEPING, doc="how often each worker runs the retention sweep")
+
+    replay_outstanding: int = setting("RELAY_REPLAY_OUTSTANDING", _positive_int, "100",
+        group=JOBS, doc="a replay job's replayed, unfinished deliveries per endpoint, at most")
+    replay_lease: float = setting("RELAY_REPLAY_LEASE", _positive_duration, "15s", group=JOBS,
+        doc="a worker's lease on the replay job it advances; another takes the job over after")
+
+    ops_app: str = setting("RELAY_OPS_APP", _app_name, "relay-ops", group=OPS,
+        doc="the reserved app relay publishes its operational events into (`POST /v1/events` "
+        "to it is 422 `app_reserved`); subscribe endpoints of this app to receive them")
+    ops_dead_window: float = setting("RELAY_OPS_DEAD_WINDOW", _positive_duration, "60s",
+        group=OPS, doc="an endpoint's dead letters within this window (per shard) are summed "
+        "into one `delivery.dead`")
+
+    outbox_dsn: str = setting("RELAY_OUTBOX_DSN", str, "", group=OUTBOX, secret=_redact_dsn,
+        doc="PostgreSQL URL of the outbox (`relay outbox`); its password is redacted in logs")
+    outbox_table: str = setting("RELAY_OUTBOX_TABLE", outbox_table, "relay_outbox",
+        group=OUTBOX, doc="outbox table, `name` or `schema.name` (plain identifiers)")
+    outbox_batch: int = setting("RELAY_OUTBOX_BATCH", _positive_int, "100", group=OUTBOX,
+        doc="most rows one connector takes per transaction")
+    outbox_poll_interval: float = setting("RELAY_OUTBOX_POLL_INTERVAL", _positive_duration,
+        "2s", group=OUTBOX, doc="sweep even without a `NOTIFY` this often")
+
+    event_loop: str = setting("RELAY_EVENT_LOOP", _event_loop, "uvloop", group=PROCESS,
+        doc="`uvloop` or `asyncio`: the event loop of `relay api`, `worker`, `dev` and `outbox`")
+    metrics_port: int = setting("RELAY_METRICS_PORT", _port, "0", group=PROCESS,
+        doc="`relay worker` and `relay outbox` serve their own `/metrics` here (`0`: off)")
+    log_format: str = setting("RELAY_LOG_FORMAT", _log_format, "json", group=PROCESS,
+        doc="`json` or `console`")
+    log_level: str = setting("RELAY_LOG_LEVEL", str.lower, "info", group=PROCESS,
+        doc="`debug`, `info`, `warning` or `error`")
+    worker_id: str = setting("RELAY_WORKER_ID", str, _worker_id, group=PROCESS,
+        shown="`<hostname>-<pid>`", doc="worker name in attempt logs and leases")
+    # fmt: on
+
+    redis_url_given: bool = False  # RELAY_REDIS_URL or RELAY_REDIS_SENTINELS was set
     # where redis_url came from: "RELAY_REDIS_URL", "default", or the record `relay dev`
     # left (`.relay/redis-url`), so an error can say which Redis was tried and why
     redis_url_source: str = "default"
-    dev_private_redis: bool = False  # `relay dev` starts its own redis-server regardless
-    redis_cluster: bool = False
-    # Redis Sentinel: with sentinels set, they name the primary's host and port (the URL
-    # still gives db, username, password and options); see relay.queue.base.connect
-    redis_sentinels: tuple[tuple[str, int], ...] = ()
-    redis_sentinel_master: str = "relay"
-    redis_sentinel_password: str = field(default="", repr=False)
-    # Replica-acknowledged writes: every write answered to a client waits (WAIT) until
-    # this many replicas have it, at most ack_timeout seconds (else 503
-    # replication_timeout). 0: no WAIT is sent.
-    ack_replicas: int = 0
-    ack_timeout: float = 1.0
-    key_prefix: str = "relay"
-    shards: int = 1
-    host: str = "127.0.0.1"
-    port: int = 8080
-    # The API's connections (relay/api/server.py): a request head must arrive within
-    # header_timeout of the connection's opening or of its previous answer (an idle
-    # keep-alive connection is closed by it too), a body within body_timeout; one client
-    # address holds at most max_connections_per_client connections (0: no cap)
-    header_timeout: float = 75.0
-    body_timeout: float = 60.0
-    max_connections_per_client: int = 256
-    api_tokens: tuple[str, ...] = field(default=(), repr=False)
-    auth_disabled: bool = False
-    # Tenancy (relay/api/access.py): app-scoped API keys and portal sessions
-    api_rate: float = 100.0  # requests/s per API key or portal session (0: no limit)
-    api_burst: int = 200  # requests a key may make at once before the rate applies
-    portal_ttl: float = 3600.0  # a portal session's lifetime
-    portal_frame_ancestors: str = ""  # CSP frame-ancestors of /portal/ ("": 'none')
-    public_url: str = ""  # base of portal URLs ("": the request's own)
-    retry_schedule: tuple[float, ...] = parse_schedule(DEFAULT_SCHEDULE)
-    retry_jitter: float = 0.2
-    retry_after_cap: float = 3600.0
-    http_timeout: float = 10.0
-    lease_seconds: float = 30.0
-    worker_concurrency: int = 64
-    claim_batch: int = 64
-    # the event loop of `relay api`, `worker`, `dev` and `outbox`: uvloop (libuv; 8% fewer
-    # instructions per delivery in the worker, bench/instructions.py) or asyncio's own
-    event_loop: str = "uvloop"
-    allow_private_networks: bool = False
-    max_payload_bytes: int = 262144
-    retention: float = 7 * 86400.0
-    dead_retention: float = 30 * 86400.0
-    idempotency_ttl: float = 86400.0
-    sweep_interval: float = 60.0  # how often each worker runs the retention sweep
-    metrics_port: int = 0  # `relay worker` serves /metrics here when not 0
-    shutdown_grace: float = 20.0
-    breaker_threshold: int = 5
-    breaker_cooldown: float = 30.0
-    breaker_cooldown_max: float = 3600.0
-    disable_after: float = 5 * 86400.0
-    slow_send_after: float = 1.0
-    # Reconciliation replay jobs (relay/ops/replays.py), advanced by the workers
-    replay_outstanding: int = 100  # a job's replayed, unfinished deliveries per endpoint
-    replay_lease: float = 15.0  # a worker's lease on a job; another takes over after it
-    # The event type catalog: 1 refuses events (and endpoint subscriptions) of unknown types
-    event_types_strict: bool = False
-    # Operational events (relay/connectors/opsevents.py): the reserved app they are
-    # published into, and the window over which an endpoint's dead letters are summed
-    # into one delivery.dead
-    ops_app: str = "relay-ops"
-    ops_dead_window: float = 60.0
-    # The Postgres outbox connector (`relay outbox`, relay/connectors/)
-    outbox_dsn: str = ""
-    outbox_table: str = "relay_outbox"
-    outbox_batch: int = 100
-    outbox_poll_interval: float = 2.0
-    log_format: str = "json"
-    log_level: str = "info"
+    api_burst: int = 200  # set with api_rate by RELAY_API_RATE
     # OpenTelemetry traces (relay.tracing), decided from the standard OTEL_* variables
-    # (relay.domain.otelenv): the exporters to build, () when tracing is off, and the service name.
-    # The SDK reads its own other OTEL_* variables (endpoint, headers, sampler, batching).
+    # (relay.domain.otelenv): the exporters to build, () when tracing is off, and the service
+    # name. The SDK reads its own other OTEL_* variables (endpoint, headers, sampler, batching).
     tracing_exporters: tuple[str, ...] = ()
     tracing_service: str = "relay"
-    # Test hook (crash-injection and poison-message tests): the worker of a `relay worker`
-    # process about to send a body containing this marker kills its own process first
-    # (relay.runner.crash_hook, given to the Worker as its before_send hook).
-    test_crash_marker: str = ""
-    # Test hook (outbox crash tests): a `relay outbox` process exits 86 right after its
-    # Nth event was acknowledged by Redis, before the row is removed (0: off).
-    test_outbox_crash_after: int = 0
-    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
     def __repr__(self) -> str:
-        shown = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "api_tokens":
-                value = f"<{len(value)} token(s)>"
-            elif f.name == "redis_url":
-                value = _redact_url(value)
-            elif f.name == "redis_sentinel_password":
-                value = "***" if value else ""
-            elif f.name == "outbox_dsn":
-                value = _redact_dsn(value)
-            shown.append(f"{f.name}={value!r}")
-        return f"Settings({', '.join(shown)})"
+        return redacted_repr(self)
 
     @property
     def max_attempts(self) -> int:
@@ -224,33 +302,12 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Build settings from ``RELAY_*`` variables; ``overrides`` (from CLI flags) win."""
         env = os.environ if env is None else env
-        values: dict[str, object] = {}
-
-        def get(name: str) -> str | None:
-            raw = env.get(f"RELAY_{name}")
-            return raw.strip() if raw is not None and raw.strip() != "" else None
-
-        def convert(name: str, attr: str, fn) -> None:  # type: ignore[no-untyped-def]
-            raw = get(name)
-            if raw is None:
-                return
-            try:
-                values[attr] = fn(raw)
-            except ValueError as exc:
-                raise SettingsError(f"RELAY_{name}={raw!r}: {exc}") from None
-
-        flag = _flag
-        convert("REDIS_URL", "redis_url", _redis_url)
-        values["redis_url_given"] = "redis_url" in values
-        if values["redis_url_given"]:
+        values = read_env(cls, env)
+        # Sentinel names the Redis too: `relay dev` starts none
+        values["redis_url_given"] = "redis_url" in values or "redis_sentinels" in values
+        if "redis_url" in values:
             values["redis_url_source"] = "RELAY_REDIS_URL"
-        convert("DEV_PRIVATE_REDIS", "dev_private_redis", flag)
-        convert("REDIS_CLUSTER", "redis_cluster", flag)
-        convert("REDIS_SENTINELS", "redis_sentinels", _sentinels)
-        convert("REDIS_SENTINEL_MASTER", "redis_sentinel_master", str)
-        convert("REDIS_SENTINEL_PASSWORD", "redis_sentinel_password", str)
-        if "redis_sentinels" in values:  # Sentinel names the Redis: `relay dev` starts none
-            values["redis_url_given"] = True
+        if "redis_sentinels" in values:
             if values.get("redis_cluster"):
                 raise SettingsError(
                     "RELAY_REDIS_SENTINELS and RELAY_REDIS_CLUSTER=1 exclude each other"
@@ -259,58 +316,6 @@ class Settings:
                 raise SettingsError(
                     "RELAY_REDIS_SENTINELS needs a redis:// or rediss:// RELAY_REDIS_URL"
                 )
-        convert("ACK_REPLICAS", "ack_replicas", _non_negative_int)
-        convert("ACK_TIMEOUT", "ack_timeout", _ack_timeout)
-        convert("KEY_PREFIX", "key_prefix", _prefix)
-        convert("SHARDS", "shards", _positive_int)
-        convert("HOST", "host", str)
-        convert("PORT", "port", _port)
-        convert("HEADER_TIMEOUT", "header_timeout", _positive_duration)
-        convert("BODY_TIMEOUT", "body_timeout", _positive_duration)
-        convert("MAX_CONNECTIONS_PER_CLIENT", "max_connections_per_client", _non_negative_int)
-        convert("API_TOKENS", "api_tokens", _tokens)
-        convert("AUTH_DISABLED", "auth_disabled", flag)
-        convert("API_RATE", "api_rate", access.parse_api_rate)
-        if "api_rate" in values:  # (rate, burst)
-            values["api_rate"], values["api_burst"] = values["api_rate"]  # type: ignore[misc]
-        convert("PORTAL_TTL", "portal_ttl", _positive_duration)
-        convert("PORTAL_FRAME_ANCESTORS", "portal_frame_ancestors", access.parse_frame_ancestors)
-        convert("PUBLIC_URL", "public_url", access.parse_public_url)
-        convert("RETRY_SCHEDULE", "retry_schedule", parse_schedule)
-        convert("RETRY_JITTER", "retry_jitter", _fraction)
-        convert("RETRY_AFTER_CAP", "retry_after_cap", parse_duration)
-        convert("HTTP_TIMEOUT", "http_timeout", _positive_duration)
-        convert("LEASE_SECONDS", "lease_seconds", _positive_duration)
-        convert("WORKER_CONCURRENCY", "worker_concurrency", _positive_int)
-        convert("CLAIM_BATCH", "claim_batch", _positive_int)
-        convert("EVENT_LOOP", "event_loop", _event_loop)
-        convert("ALLOW_PRIVATE_NETWORKS", "allow_private_networks", flag)
-        convert("MAX_PAYLOAD_BYTES", "max_payload_bytes", _positive_int)
-        convert("RETENTION", "retention", _positive_duration)
-        convert("DEAD_RETENTION", "dead_retention", _positive_duration)
-        convert("IDEMPOTENCY_TTL", "idempotency_ttl", _positive_duration)
-        convert("SWEEP_INTERVAL", "sweep_interval", _positive_duration)
-        convert("METRICS_PORT", "metrics_port", _port)
-        convert("SHUTDOWN_GRACE", "shutdown_grace", parse_duration)
-        convert("BREAKER_THRESHOLD", "breaker_threshold", _positive_int)
-        convert("BREAKER_COOLDOWN", "breaker_cooldown", _positive_duration)
-        convert("BREAKER_COOLDOWN_MAX", "breaker_cooldown_max", _positive_duration)
-        convert("DISABLE_AFTER", "disable_after", _positive_duration)
-        convert("SLOW_SEND_AFTER", "slow_send_after", _positive_duration)
-        convert("REPLAY_OUTSTANDING", "replay_outstanding", _positive_int)
-        convert("REPLAY_LEASE", "replay_lease", _positive_duration)
-        convert("EVENT_TYPES_STRICT", "event_types_strict", flag)
-        convert("OPS_APP", "ops_app", _app_name)
-        convert("OPS_DEAD_WINDOW", "ops_dead_window", _positive_duration)
-        convert("LOG_FORMAT", "log_format", _log_format)
-        convert("LOG_LEVEL", "log_level", str.lower)
-        convert("WORKER_ID", "worker_id", str)
-        convert("TEST_CRASH_MARKER", "test_crash_marker", str)
-        convert("OUTBOX_DSN", "outbox_dsn", str)
-        convert("OUTBOX_TABLE", "outbox_table", outbox_table)
-        convert("OUTBOX_BATCH", "outbox_batch", _positive_int)
-        convert("OUTBOX_POLL_INTERVAL", "outbox_poll_interval", _positive_duration)
-        convert("TEST_OUTBOX_CRASH_AFTER", "test_outbox_crash_after", int)
         try:  # the standard OTEL_* variables: is tracing on (relay.domain.otelenv)
             values["tracing_exporters"], values["tracing_service"] = otelenv.tracing(env)
         except ValueError as exc:
@@ -321,98 +326,48 @@ class Settings:
             raise SettingsError(
                 "RELAY_ACK_REPLICAS > 0 is not supported with RELAY_REDIS_CLUSTER=1 yet"
             )
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
 
 
-# The docs' settings reference (docs/reference/settings.md): variable -> (field, meaning).
-REFERENCE: dict[str, tuple[str, str]] = {
-    "REDIS_URL": ("redis_url", "Redis URL: redis://, rediss:// or unix://"),
-    "DEV_PRIVATE_REDIS": ("dev_private_redis", "1: `relay dev` starts its own redis-server"),
-    "KEY_PREFIX": ("key_prefix", "prefix of every key"),
-    "SHARDS": ("shards", "queue shards, each under its own hash tag"),
-    "HOST": ("host", "API bind address"),
-    "PORT": ("port", "API bind port"),
-    "HEADER_TIMEOUT": (
-        "header_timeout",
-        "an API connection must send a complete request head within this of opening, or "
-        "of its previous answer, else it is closed (idle keep-alive connections too)",
-    ),
-    "BODY_TIMEOUT": (
-        "body_timeout",
-        "a request body must arrive within this, else 408 `request_timeout`",
-    ),
-    "MAX_CONNECTIONS_PER_CLIENT": (
-        "max_connections_per_client",
-        "connections one client address may hold open to the API (`0`: no cap)",
-    ),
-    "API_TOKENS": ("api_tokens", "comma-separated bearer tokens of the operator"),
-    "AUTH_DISABLED": ("auth_disabled", "1 runs the API without auth"),
-    "API_RATE": ("api_rate", "requests per API key or portal session: RATE[/s, /m or /h][,BURST]"),
-    "PORTAL_TTL": ("portal_ttl", "lifetime of a portal session"),
-    "PORTAL_FRAME_ANCESTORS": ("portal_frame_ancestors", "who may frame /portal/ (CSP)"),
-    "PUBLIC_URL": (
-        "public_url",
-        "the API's public base URL, for portal session URLs; unset, only a loopback Host "
-        "builds one",
-    ),
-    "RETRY_SCHEDULE": ("retry_schedule", "delays between attempts; attempts = entries + 1"),
-    "RETRY_JITTER": ("retry_jitter", "fraction of each delay drawn at random (±)"),
-    "RETRY_AFTER_CAP": ("retry_after_cap", "longest Retry-After honoured"),
-    "HTTP_TIMEOUT": ("http_timeout", "one delivery request, connect to last byte"),
-    "LEASE_SECONDS": ("lease_seconds", "claim lease, extended while a send is in flight"),
-    "WORKER_CONCURRENCY": ("worker_concurrency", "sends in flight per worker process"),
-    "CLAIM_BATCH": ("claim_batch", "most deliveries taken by one claim"),
-    "EVENT_LOOP": ("event_loop", "uvloop or asyncio"),
-    "SHUTDOWN_GRACE": ("shutdown_grace", "on SIGTERM, how long in-flight sends may finish"),
-    "BREAKER_THRESHOLD": ("breaker_threshold", "consecutive failures that open a breaker"),
-    "BREAKER_COOLDOWN": ("breaker_cooldown", "first open period of a breaker"),
-    "BREAKER_COOLDOWN_MAX": ("breaker_cooldown_max", "longest open period of a breaker"),
-    "DISABLE_AFTER": ("disable_after", "failing this long without a success disables it"),
-    "OPS_APP": ("ops_app", "the reserved app of relay's operational events"),
-    "OPS_DEAD_WINDOW": ("ops_dead_window", "dead letters in this window: one delivery.dead"),
-    "SLOW_SEND_AFTER": ("slow_send_after", "a send this slow stops counting against concurrency"),
-    "REPLAY_OUTSTANDING": ("replay_outstanding", "a replay job's unfinished per endpoint"),
-    "REPLAY_LEASE": ("replay_lease", "a worker's lease on the replay job it advances"),
-    "ALLOW_PRIVATE_NETWORKS": ("allow_private_networks", "1: endpoints may be private"),
-    "EVENT_TYPES_STRICT": ("event_types_strict", "1: only event types of the catalog"),
-    "MAX_PAYLOAD_BYTES": ("max_payload_bytes", "largest event payload (serialized)"),
-    "IDEMPOTENCY_TTL": ("idempotency_ttl", "how long an Idempotency-Key is remembered"),
-    "RETENTION": ("retention", "how long succeeded deliveries and events are kept"),
-    "DEAD_RETENTION": ("dead_retention", "how long dead deliveries are kept"),
-    "SWEEP_INTERVAL": ("sweep_interval", "how often each worker runs the retention sweep"),
-    "METRICS_PORT": ("metrics_port", "`relay worker` serves /metrics here (0: off)"),
-    "REDIS_CLUSTER": ("redis_cluster", "1: RELAY_REDIS_URL is a seed node of a Redis Cluster"),
-    "ACK_REPLICAS": ("ack_replicas", "replicas that confirm (WAIT) every acknowledged write"),
-    "ACK_TIMEOUT": ("ack_timeout", "how long that confirmation may take"),
-    "REDIS_SENTINELS": ("redis_sentinels", "Redis Sentinel addresses, host:port,host:port"),
-    "REDIS_SENTINEL_MASTER": ("redis_sentinel_master", "the name Sentinel knows the primary by"),
-    "REDIS_SENTINEL_PASSWORD": ("redis_sentinel_password", "password of the Sentinels"),
-    "LOG_FORMAT": ("log_format", "json or console"),
-    "LOG_LEVEL": ("log_level", "debug, info, warning or error"),
-    "WORKER_ID": ("worker_id", "worker name in attempt logs and leases (hostname-pid)"),
-    "OUTBOX_DSN": ("outbox_dsn", "PostgreSQL URL of the outbox (`relay outbox`)"),
-    "OUTBOX_TABLE": ("outbox_table", "outbox table, name or schema.name"),
-    "OUTBOX_BATCH": ("outbox_batch", "most rows one connector takes per transaction"),
-    "OUTBOX_POLL_INTERVAL": ("outbox_poll_interval", "sweep even without a NOTIFY this often"),
-}
+@dataclass(frozen=True, kw_only=True)
+class TestHooks:
+    """What the crash tests ask of the ``relay worker`` and ``relay outbox`` processes they
+    start, through the environment; not configuration (the reference leaves them out)."""
+
+    __test__ = False  # not a pytest test class
+
+    # fmt: off
+    crash_marker: str = setting("RELAY_TEST_CRASH_MARKER", str, "", group="Test hooks",
+        doc="a worker about to send a body containing this marker kills its own process")
+    outbox_crash_after: int = setting("RELAY_TEST_OUTBOX_CRASH_AFTER", int, "0",
+        group="Test hooks", doc="`relay outbox` exits 86 right after its Nth event was "
+        "acknowledged by Redis, before the row is removed (`0`: off)")
+    # fmt: on
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> TestHooks:
+        return cls(**read_env(cls, os.environ if env is None else env))
+
+
+REFERENCE_INTRO = """
+# Settings
+
+relay reads these environment variables once at start, into one frozen settings object;
+a value it cannot use stops it with one line naming the variable. This page is generated
+from their declaration in `relay/settings.py` (`python scripts/gen_settings_reference.py`).
+"""
+
+REFERENCE_OUTRO = """
+## OpenTelemetry
+
+The standard `OTEL_*` variables: traces are off unless `OTEL_TRACES_EXPORTER` or an OTLP
+endpoint is set (see [Tracing](../guides/tracing.md)).
+
+Durations take `ms`, `s`, `m`, `h`, `d` suffixes or bare seconds.
+"""
 
 
 def reference_markdown() -> str:
-    """The settings reference as markdown: a table of every ``RELAY_*`` variable."""
-    defaults = {f.name: f.default for f in fields(Settings)}
-    rows = []
-    for name, (attr, doc) in REFERENCE.items():
-        default = defaults[attr]
-        shown = "" if isinstance(default, type(MISSING)) or default in ("", ()) else default
-        if isinstance(shown, bool):
-            shown = int(shown)
-        elif isinstance(shown, tuple):
-            shown = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in shown)
-        rows.append(f"| `RELAY_{name}` | {doc} | {f'`{shown}`' if shown != '' else ''} |")
-    return (
-        "Environment variables, read once at start into one frozen settings object. "
-        "Durations take `ms`, `s`, `m`, `h`, `d` suffixes or bare seconds (defaults here "
-        "are in seconds).\n\n| variable | meaning | default |\n| --- | --- | --- |\n"
-        + "\n".join(rows)
-        + "\n\nTracing is configured by the standard `OTEL_*` variables (off when none is set).\n"
-    )
+    """The configuration reference: a table per group of each setting's variable, default
+    and doc, derived from the declaration."""
+    return reference(Settings, REFERENCE_INTRO, REFERENCE_OUTRO)

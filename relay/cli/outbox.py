@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from relay.cli.output import emit, json_option, print_rows, settings_from_env
-from relay.settings import Settings
+from relay.settings import Settings, TestHooks
 
 
 def _crash_hook(after: int) -> Any:
@@ -30,7 +30,7 @@ def _crash_hook(after: int) -> Any:
     return hook
 
 
-async def _serve(settings: Settings) -> None:
+async def _serve(settings: Settings, hooks: TestHooks) -> None:
     from relay.connectors.outbox import OutboxConnector
     from relay.ops import metrics
     from relay.queue.errors import NOT_UP
@@ -58,7 +58,7 @@ async def _serve(settings: Settings) -> None:
     try:
         if settings.metrics_port:
             exporter = await metrics.serve(store, settings.host, settings.metrics_port)
-        hook = _crash_hook(settings.test_outbox_crash_after)
+        hook = _crash_hook(hooks.outbox_crash_after)
         await OutboxConnector(store, settings, after_publish=hook).run(stop)
     finally:
         if exporter is not None:
@@ -138,7 +138,7 @@ def outbox(
     from relay.runner import run_loop
 
     logs.configure(settings.log_format, settings.log_level)
-    run_loop(settings, _serve(settings))
+    run_loop(settings, _serve(settings, TestHooks.from_env()))
 
 
 def _row_id(raw: str) -> int:

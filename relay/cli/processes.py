@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from relay.cli.output import BadSetting, settings_from_env
-from relay.settings import DEV_DIR, Settings, SettingsError
+from relay.settings import DEV_DIR, Settings, SettingsError, TestHooks
 
 
 @click.command()
@@ -42,7 +42,7 @@ def worker(concurrency: int | None, metrics_port: int | None) -> None:
     from relay.runner import run
 
     settings = settings_from_env(worker_concurrency=concurrency, metrics_port=metrics_port)
-    run(settings, with_api=False, with_worker=True)
+    run(settings, with_api=False, with_worker=True, hooks=TestHooks.from_env())
 
 
 @click.command()

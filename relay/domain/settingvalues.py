@@ -1,5 +1,5 @@
 """How each ``RELAY_*`` value is read: pure parsers, each raising ``ValueError`` with what
-is wrong (:meth:`relay.settings.Settings.from_env` names the variable)."""
+is wrong (:func:`relay.domain.settingspec.read_env` names the variable)."""
 
 from __future__ import annotations
 
