@@ -2,7 +2,10 @@
 
 Enough of Lua for ``relay/queue/lua/*.lua`` (and it says so when it meets anything it
 cannot follow): tokens, assignments, local functions and their call sites, and every
-``redis.call``. :func:`problems` lists what breaks the rule "a script names no key":
+``redis.call``. A script is read as Redis runs it, after ``prelude.lua``: a prelude
+function's parameter is a key when every argument the script passes for it is one (a
+function the script never calls passes nothing, so holds nothing). :func:`problems`
+lists what breaks the rule "a script names no key":
 
 * a string literal that is a key fragment (``"dlv:"``, anything ending in ``:``) or
   holds a hash tag or the layout version;
@@ -51,6 +54,7 @@ class Tok:
     kind: str  # string | number | name | op
     text: str
     line: int
+    file: str = ""  # the script's name, or "prelude"
 
     @property
     def value(self) -> str:
@@ -58,7 +62,7 @@ class Tok:
         return self.text[1:-1]
 
 
-def tokenize(source: str) -> list[Tok]:
+def tokenize(source: str, file: str = "") -> list[Tok]:
     out: list[Tok] = []
     pos, line = 0, 1
     while pos < len(source):
@@ -67,7 +71,7 @@ def tokenize(source: str) -> list[Tok]:
             raise ValueError(f"line {line}: cannot read {source[pos : pos + 20]!r}")
         kind = m.lastgroup or ""
         if kind not in ("comment", "space"):
-            out.append(Tok(kind, m.group(), line))
+            out.append(Tok(kind, m.group(), line, file))
         line += m.group().count("\n")
         pos = m.end()
     return out
@@ -87,6 +91,7 @@ def header(source: str) -> str:
 class Script:
     name: str
     source: str
+    prelude: str = ""
     tokens: list[Tok] = field(init=False)
     # name -> every expression (token list) bound to it; None for a loop variable
     bindings: dict[str, list[list[Tok] | None]] = field(init=False, default_factory=dict)
@@ -96,7 +101,7 @@ class Script:
     calls: list[tuple[str, list[list[Tok]]]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
-        self.tokens = tokenize(self.source)
+        self.tokens = tokenize(self.prelude, "prelude") + tokenize(self.source, self.name)
         self._read()
 
     # ------------------------------------------------------------------ parsing
@@ -236,11 +241,29 @@ class Script:
             out[m.group(1)] = m.group(2)
         return out
 
-    def is_prefix(self, name: str) -> bool:
-        bound = self.bindings.get(name, [])
-        prefixes = self.argv_prefixes()
-        return bool(bound) and all(
-            e is not None and _index_text(e, "ARGV") in prefixes for e in bound
+    def _sources(self, name: str) -> list[list[Tok] | None] | None:
+        """Every expression that may flow into ``name``: what it is bound to and, for a
+        function parameter, what each call passes (none for a function never called);
+        None for a name that is neither."""
+        bound: list[list[Tok] | None] = list(self.bindings.get(name, []))
+        passed = self._param_args(name)
+        if passed is None and not bound:
+            return None
+        return bound + list(passed or [])
+
+    def is_prefix(self, name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name in seen:
+            return True  # bound to itself through a call: decided by its other bindings
+        sources, prefixes = self._sources(name), self.argv_prefixes()
+        return sources is not None and all(
+            e is not None
+            and (
+                _index_text(e, "ARGV") in prefixes
+                or (
+                    len(e) == 1 and e[0].kind == "name" and self.is_prefix(e[0].text, seen | {name})
+                )
+            )
+            for e in sources
         )
 
     def is_key(self, expr: list[Tok], seen: frozenset[str] = frozenset()) -> bool:
@@ -255,12 +278,10 @@ class Script:
     def _is_key_name(self, name: str, seen: frozenset[str]) -> bool:
         if name in seen:
             return True  # bound to itself through a call: decided by its other bindings
-        seen = seen | {name}
-        sources: list[list[Tok] | None] = list(self.bindings.get(name, []))
-        passed = self._param_args(name)
-        if passed is not None:
-            sources += passed
-        return bool(sources) and all(e is not None and self.is_key(e, seen) for e in sources)
+        sources = self._sources(name)
+        return sources is not None and all(
+            e is not None and self.is_key(e, seen | {name}) for e in sources
+        )
 
     def is_key_list(self, name: str, seen: frozenset[str] = frozenset()) -> bool:
         if name in seen:
@@ -268,9 +289,7 @@ class Script:
         seen = seen | {name}
         passed = self._param_args(name)
         if passed is not None:
-            return bool(passed) and all(
-                len(e) == 1 and self.is_key_list(e[0].text, seen) for e in passed
-            )
+            return all(len(e) == 1 and self.is_key_list(e[0].text, seen) for e in passed)
         bound = self.bindings.get(name, [])
         items = self.elements.get(name, [])
         return (
@@ -284,13 +303,12 @@ class Script:
 
     def problems(self) -> list[str]:
         out = []
-        where = self.name + ".lua"
         for tok in self.tokens:
             if tok.kind == "string" and _key_fragment(tok.value):
-                out.append(f"{where}:{tok.line}: key fragment literal {tok.text}")
+                out.append(f"{_at(tok)}: key fragment literal {tok.text}")
         for a, b in zip(self.tokens, self.tokens[1:], strict=False):
             if a.text == "#" and b.text in ("KEYS", "ARGV"):
-                out.append(f"{where}:{a.line}: counts items with #{b.text}")
+                out.append(f"{_at(a)}: counts items with #{b.text}")
         doc = header(self.source)
         for tok_i, tok in enumerate(self.tokens[:-2]):
             if tok.text in ("KEYS", "ARGV") and self.tokens[tok_i + 1].text == "[":
@@ -298,13 +316,13 @@ class Script:
                 if nxt.kind == "number" and after.text == "]":
                     n = nxt.text
                     if not re.search(rf"{tok.text}\[{n}(\]|\.\.)", doc):
-                        out.append(f"{where}:{tok.line}: {tok.text}[{n}] not in the header")
+                        out.append(f"{_at(tok)}: {tok.text}[{n}] not in the header")
         for callee, args in self.calls:
             if callee != "redis.call":
                 continue
-            line = args[0][0].line if args and args[0] else 0
+            where = _at(args[0][0]) if args and args[0] else f"{self.name}.lua:0"
             if not args or len(args[0]) != 1 or args[0][0].kind != "string":
-                out.append(f"{where}:{line}: redis.call without a literal command")
+                out.append(f"{where}: redis.call without a literal command")
                 continue
             cmd = args[0][0].value.upper()
             rest = args[1:]
@@ -312,24 +330,28 @@ class Script:
                 continue
             if cmd in CHANNEL_FIRST:
                 if not rest or _index_of(rest[0], "ARGV") is None:
-                    out.append(f"{where}:{line}: {cmd} channel is not ARGV[...]")
+                    out.append(f"{where}: {cmd} channel is not ARGV[...]")
                 continue
             if cmd in KEY_FIRST:
                 checked = rest[:1]
             elif cmd in ALL_KEYS:
                 checked = rest
             else:
-                out.append(f"{where}:{line}: {cmd}: add it to lua_keys.py's command table")
+                out.append(f"{where}: {cmd}: add it to lua_keys.py's command table")
                 continue
             for expr in checked:
                 if _unpacked(expr) is not None:
                     listed = _unpacked(expr) or ""
                     if cmd not in ALL_KEYS or not self.is_key_list(listed):
-                        out.append(f"{where}:{line}: {cmd} keys from {listed}, not keys")
+                        out.append(f"{where}: {cmd} keys from {listed}, not keys")
                 elif not self.is_key(expr):
                     text = " ".join(x.text for x in expr)
-                    out.append(f"{where}:{line}: {cmd} key {text!r} is not from KEYS/ARGV")
+                    out.append(f"{where}: {cmd} key {text!r} is not from KEYS/ARGV")
         return out
+
+
+def _at(tok: Tok) -> str:
+    return f"{tok.file}.lua:{tok.line}"
 
 
 def _closes_at_end(expr: list[Tok], open_at: int) -> bool:
@@ -377,9 +399,9 @@ def _key_fragment(value: str) -> bool:
     )
 
 
-def problems(scripts: Iterable[tuple[str, str]]) -> list[str]:
-    """Every rule broken by ``(name, source)`` scripts."""
+def problems(scripts: Iterable[tuple[str, str]], prelude: str = "") -> list[str]:
+    """Every rule broken by ``(name, source)`` scripts, each run after ``prelude``."""
     out: list[str] = []
     for name, source in scripts:
-        out += Script(name, source).problems()
-    return out
+        out += Script(name, source, prelude).problems()
+    return sorted(set(out))

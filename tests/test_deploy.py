@@ -508,7 +508,8 @@ def test_lua_scripts_resolve_in_the_image_layout(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "relay", site / "relay")
     check = (
         "import relay.queue.scripts as s; "
-        "missing = [n for n in s.NAMES if not (s.LUA_DIR / (n + '.lua')).is_file()]; "
+        "names = [*s.NAMES, s.PRELUDE]; "
+        "missing = [n for n in names if not (s.LUA_DIR / (n + '.lua')).is_file()]; "
         "print(s.__file__, s.LUA_DIR, missing)"
     )
     out = subprocess.run(

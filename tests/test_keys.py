@@ -42,7 +42,7 @@ from relay.domain import ids, signing
 from relay.domain.schema import endpoint_record
 from relay.queue import keys as keys_module
 from relay.queue.keys import EndpointKeys, Keys, ShardKeys, guard_key
-from relay.queue.scripts import LUA_DIR, NAMES, Scripts
+from relay.queue.scripts import LUA_DIR, NAMES, PRELUDE, Scripts
 from relay.queue.store import Outcome, Store, connect
 from relay.redisproc import RedisServer
 
@@ -171,15 +171,44 @@ def test_the_docs_key_table_is_the_docstring_table() -> None:
 
 
 def lua_sources() -> list[tuple[str, str]]:
-    return [(p.stem, p.read_text()) for p in sorted(LUA_DIR.glob("*.lua"))]
+    """(name, source) of every script, without the prelude in front of it."""
+    return [(p.stem, p.read_text()) for p in sorted(LUA_DIR.glob("*.lua")) if p.stem != PRELUDE]
 
 
-def test_every_lua_file_is_a_registered_script() -> None:
+def prelude() -> str:
+    return (LUA_DIR / f"{PRELUDE}.lua").read_text()
+
+
+def test_every_lua_file_is_a_registered_script_or_the_prelude() -> None:
     assert sorted(n for n, _ in lua_sources()) == sorted(NAMES)
+    assert (LUA_DIR / f"{PRELUDE}.lua").is_file()
 
 
 def test_no_script_names_a_key_or_counts_its_keys() -> None:
-    assert lua_keys.problems(lua_sources()) == []
+    assert lua_keys.problems(lua_sources(), prelude()) == []
+
+
+def test_the_rule_follows_keys_into_the_prelude() -> None:
+    """A prelude helper's key is whatever its callers pass: a literal passed from a script,
+    or a key the prelude makes itself, is named."""
+    record = dict(lua_sources())["record"]
+    literal = record.replace(
+        "tally_dead(tally_index, tally_prefix, ep, id, now_s)",
+        'tally_dead(tally_index, "tally:", ep, id, now_s)',
+    )
+    assert literal != record
+    found = lua_keys.problems([("record", literal)], prelude())
+    assert any("record.lua:" in p and 'literal "tally:"' in p for p in found), found
+    assert any("prelude.lua:" in p and "HINCRBY key 'tally'" in p for p in found), found
+    counted = record.replace("zrem_all(KEYS[2], done)", "zrem_all(ARGV[1], done)")
+    assert any(
+        "prelude.lua:" in p and "ZREM key 'zset'" in p
+        for p in lua_keys.problems([("record", counted)], prelude())
+    )
+    named = prelude().replace(
+        "local tally = tally_prefix .. endpoint", 'local tally = "t:" .. endpoint'
+    )
+    assert any("prelude.lua:" in p for p in lua_keys.problems(lua_sources(), named))
 
 
 def test_the_rule_catches_a_key_fragment() -> None:
@@ -187,11 +216,11 @@ def test_the_rule_catches_a_key_fragment() -> None:
     claim = dict(lua_sources())["claim"]
     broken = claim.replace("local dkey = dlv_prefix .. id", 'local dkey = ARGV[1] .. "dlv:" .. id')
     assert broken != claim
-    found = lua_keys.problems([("claim", broken)])
+    found = lua_keys.problems([("claim", broken)], prelude())
     assert any('literal "dlv:"' in p for p in found)
     assert any("HMGET key 'dkey'" in p for p in found)
     counted = claim.replace("local n = 0", "local n = #KEYS - 3")
-    assert any("#KEYS" in p for p in lua_keys.problems([("claim", counted)]))
+    assert any("#KEYS" in p for p in lua_keys.problems([("claim", counted)], prelude()))
 
 
 def script_callers() -> dict[str, list[tuple[str, str]]]:

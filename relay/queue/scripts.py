@@ -4,7 +4,9 @@ redis-py's ``register_script`` computes each SHA locally and its call runs ``EVA
 falling back to ``SCRIPT LOAD`` on ``NOSCRIPT`` (a Redis restart or ``SCRIPT FLUSH``),
 so scripts are never re-sent inline on the hot path.
 
-Each script is called from exactly one typed method of the queue layer (the Store's
+Each script runs with ``lua/prelude.lua`` put in front of it (:func:`source`): the
+helpers several scripts share (the clock in ms, chunked ZADD/ZREM/DEL, the dead-letter
+tally). Each script is called from exactly one typed method of the queue layer (the Store's
 mixins: :mod:`relay.queue.transitions`, :mod:`relay.queue.endpoints`), the only place
 its KEYS and ARGV are built, from :mod:`relay.queue.keys`; each Lua file's header says
 what it gets. Scripts name no key themselves: a key of an id only known inside the
@@ -46,6 +48,7 @@ from relay.queue.keys import guard_key
 log = structlog.get_logger("relay.scripts")
 
 LUA_DIR = Path(__file__).resolve().parent / "lua"
+PRELUDE = "prelude"  # lua/prelude.lua: not a script, the helpers in front of each one
 NAMES = (
     "publish",
     "claim",
@@ -81,7 +84,13 @@ NOT_RUN = (TryAgainError, AskError, ClusterError)
 MIGRATION_WAIT = 30.0
 FAIL_FAST = frozenset({"claim", "reclaim"})
 
-__all__ = ["LUA_DIR", "NAMES", "Scripts", "guard_key"]
+__all__ = ["LUA_DIR", "NAMES", "PRELUDE", "Scripts", "guard_key", "source"]
+
+
+def source(name: str, lua_dir: Path = LUA_DIR) -> str:
+    """What Redis runs for script ``name``: the prelude, then ``lua/<name>.lua``."""
+    prelude = (lua_dir / f"{PRELUDE}.lua").read_text()
+    return prelude + "\n" + (lua_dir / f"{name}.lua").read_text()
 
 
 class _Call:
@@ -200,7 +209,7 @@ class Scripts:
 
     def __init__(self, client: Any, lua_dir: Path = LUA_DIR) -> None:
         self._client = client
-        self._sources = {name: (lua_dir / f"{name}.lua").read_text() for name in NAMES}
+        self._sources = {name: source(name, lua_dir) for name in NAMES}
         self._calls = {
             name: _Call(self, name, client.register_script(src))
             for name, src in self._sources.items()

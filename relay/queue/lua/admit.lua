@@ -20,8 +20,7 @@
 -- ARGV[6] n, the number of tokens   ARGV[7..6+n] claim tokens, in send order
 --
 -- Returns {state, then per token: 0 = send now, or how long (ms) to wait before trying again}.
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local n = tonumber(ARGV[6])
 local res = {}
 local state = redis.call("HGET", KEYS[1], "state") or "closed"

@@ -11,8 +11,7 @@
 -- ARGV[5] token hash   ARGV[6] credential JSON
 --
 -- Returns the creation time (ms), or 0 when that id or token hash is taken (nothing written).
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 if redis.call("EXISTS", KEYS[1]) == 1 or redis.call("EXISTS", KEYS[2]) == 1 then
   return 0
 end

@@ -12,8 +12,7 @@
 --
 -- Returns {0} unknown; {2, record} expired (a portal session past its expires_at, kept a
 -- while only to say so); {1, record, 0} allowed; {1, record, ms} rate limited: retry in ms.
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local raw = redis.call("GET", KEYS[1])
 if not raw then return {0} end
 local record = cjson.decode(raw)

@@ -1,46 +1,22 @@
 -- claim.lua: take up to N due deliveries of one shard, atomically, under a lease.
---
--- The Redis form of SELECT ... FOR UPDATE SKIP LOCKED: ZRANGEBYSCORE + ZREM in one
--- script, so two claimers can never take the same delivery. Each claim mints a claim
--- token that fences every later transition of it, and the attempt is counted here, at
--- claim, so a delivery that kills its worker every time still runs out of attempts.
 -- Called by Store.claim (relay/queue/transitions.py), which builds these from keys.py.
+-- ZRANGEBYSCORE and ZREM in one script, so two claimers never take the same delivery;
+-- each claim mints a token that fences every later transition of it, and counts the
+-- attempt. Design notes: docs/design/lua.md.
 --
 -- KEYS[1]  due queue (zset, score = next attempt, ms)       ShardKeys.due
 -- KEYS[2]  processing leases (zset, score = lease expiry)   ShardKeys.processing
 --
 -- ARGV[1]  delivery key prefix   ShardKeys.delivery_prefix  (relay:v3:{s0}:dlv:)
---          The due ids are only known in here, so their delivery keys are prefix .. id;
---          they share the shard's hash tag, hence the slot of KEYS[1].
 -- ARGV[2]  batch limit   ARGV[3] lease, ms
 -- ARGV[4]  claim token prefix (unique per call); token i is ARGV[4] .. i in base 32
 -- ARGV[5]  worker id
---
--- A delivery claimed for the first time has no hash yet (publish.lua writes none): the
--- hash starts here, in one HSET, with what fences and counts it (status, attempts, claim,
--- worker, updated_at). Its endpoint, app, type and attempt budget are its event's header's
--- (its id names its event and its place there, relay/domain/ids.py), which this script
--- does not read: Store.claim reads the claimed events in one MGET after it, outside Lua
--- (a string passed through a script is hashed byte by byte and copied twice), and
--- record.lua writes the endpoint id into the hash with the outcome.
--- The lease's expiry is the delivery's score in processing, and only there.
--- Commands per delivery: EXISTS and HSET (and HMGET once it has a hash); the ZREM from
--- due and the ZADD to processing are one command each for the whole batch.
---
--- The claim field stays after the outcome is written: the delivery is in flight under
--- that token while its status is "delivering", and the token's outcome is written once
--- it is not (record.lua). A claim of a delivery whose previous claim's outcome was
--- written moves that token to "recorded", so a retried write of it is still known.
 --
 -- Returns {now, next_due or -1, next_lease_expiry or -1, n,
 --          then n groups of 6: id, token, attempts, max_attempts, event_id, endpoint_id}
 -- where max_attempts and endpoint_id are "" when the hash has none (the header's hold),
 -- and event_id "" when the hash has none either (the delivery id names its event).
--- Times and counts go to Redis as strings made once per call: a Lua number passed to
--- redis.call is formatted with "%.17g" each time, which cost more than the commands.
-local t = redis.call("TIME")
-local now_s = t[1] .. string.sub(string.rep("0", 6 - #t[2]) .. t[2], 1, 3)  -- ms
-local now = tonumber(now_s)
+local now, now_s = now_ms()
 local dlv_prefix = ARGV[1]
 local lease_until = now + tonumber(ARGV[3])
 local lease_s = string.format("%d", lease_until)

@@ -18,8 +18,7 @@
 --
 -- Returns one value per item: "ok" (discarded; it unblocked its lane or blocked none),
 -- or the status that made it not discardable ("" when the delivery does not exist).
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local n = tonumber(ARGV[4])
 local res = {}
 local wake = false

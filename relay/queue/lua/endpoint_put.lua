@@ -28,9 +28,7 @@ if old then
   local was, now_ep = cjson.decode(old), cjson.decode(ARGV[2])
   local before, after = was.enabled ~= false, now_ep.enabled ~= false
   if before ~= after then
-    local t = redis.call("TIME")
-    local ev = {id = ARGV[5] .. "-1", endpoint_id = ARGV[1], app = now_ep.app,
-      at = t[1] * 1000 + math.floor(t[2] / 1000)}
+    local ev = {id = ARGV[5] .. "-1", endpoint_id = ARGV[1], app = now_ep.app, at = now_ms()}
     if after then
       ev.type = "endpoint.enabled"
     else

@@ -1,30 +1,20 @@
 -- expire.lua: remove finished deliveries past their retention, and every index entry
 -- that points at them; an event goes with its last delivery.
---
--- Bounded per call (ARGV[7] deliveries at most), so a large backlog is worked off in
--- many short calls instead of one long one that would stall Redis. Many sweepers may
--- run it at once: each id is taken with ZREM, so exactly one of them removes it.
--- Only ids still in the succeeded / dead sets are touched: a replayed delivery left
--- them for due, so it is never expired; pending, held and in-flight ones never are
--- either. Called by Store.expire_shard (relay/queue/transitions.py).
+-- Called by Store.expire_shard (relay/queue/transitions.py). At most ARGV[7] deliveries
+-- per call; many sweepers may run it at once (each id is taken with ZREM). Only ids in
+-- succeeded or dead are touched. Design notes: docs/design/lua.md.
 --
 -- KEYS[1] succeeded (zset, score = finish time)   KEYS[2] dead (zset, score = time of death)
 -- KEYS[3] events index (zset)   ShardKeys.events: an event leaves it with its last delivery
+-- KEYS[4] due (zset)   KEYS[5] queued index (zset)   KEYS[6] blocked lanes (zset)
 -- ARGV[1] delivery key prefix        ShardKeys.delivery_prefix        (relay:v3:{s0}:dlv:)
 -- ARGV[2] attempt log prefix         ShardKeys.log_prefix             (relay:v3:{s0}:log:)
 -- ARGV[3] event key prefix           ShardKeys.event_prefix           (relay:v3:{s0}:evt:)
 -- ARGV[4] endpoint index prefix      ShardKeys.endpoint_index_prefix  (relay:v3:{s0}:ep:)
---         The ids are only known in here, so their keys are prefix .. id (same hash
---         tag, so the same slot as KEYS[1]).
 -- ARGV[5] succeeded cutoff, ms: succeeded deliveries finished at or before it go ("-1": none)
 -- ARGV[6] dead cutoff, ms: dead deliveries that died at or before it go ("-1": none)
 -- ARGV[7] most deliveries to remove in this call
--- KEYS[4] due (zset)   KEYS[5] queued index (zset)   KEYS[6] blocked lanes (zset)
 -- ARGV[8] lane key prefix (ShardKeys.lane_prefix)   ARGV[9] wake channel (ShardKeys.wake)
---
--- Ordered lanes: a delivery waiting in a lane is never expired (it is queued, in no
--- finished set). A dead head that blocks its lane expires with the dead retention like
--- any dead letter; its lane then goes on: the next one becomes pending, due now.
 --
 -- Returns {deliveries removed, events removed, 1 when the limit cut this call short else 0}
 local dlv_prefix = ARGV[1]
@@ -44,25 +34,11 @@ local function lane_next(lane, id)
   redis.call("ZREM", KEYS[6], lane)
   local nxt = redis.call("LINDEX", lkey, 0)
   if nxt then
-    local t = redis.call("TIME")
-    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    local now = now_ms()
     redis.call("HSET", dlv_prefix .. nxt, "status", "pending", "updated_at", now)
     redis.call("ZREM", KEYS[5], nxt)
     redis.call("ZADD", KEYS[4], now, nxt)
     promoted = true
-  end
-end
-
--- One command for many members or keys (in chunks: Lua's unpack has a stack limit).
-local function zrem_chunks(zkey, members)
-  for i = 1, #members, 500 do
-    redis.call("ZREM", zkey, unpack(members, i, math.min(i + 499, #members)))
-  end
-end
-
-local function del_chunks(doomed_keys)
-  for i = 1, #doomed_keys, 500 do
-    redis.call("DEL", unpack(doomed_keys, i, math.min(i + 499, #doomed_keys)))
   end
 end
 
@@ -101,7 +77,7 @@ local function sweep(zkey, cutoff)
   if #ids == 0 then return end
   if #ids == budget then more = 1 end
   budget = budget - #ids
-  zrem_chunks(zkey, ids)
+  zrem_all(zkey, ids)
   local doomed, by_endpoint, gone_events, gone, dying = {}, {}, {}, {}, {}
   for _, id in ipairs(ids) do dying[id] = true end
   for _, id in ipairs(ids) do
@@ -128,10 +104,10 @@ local function sweep(zkey, cutoff)
       end
     end
   end
-  del_chunks(doomed)
-  if #gone_events > 0 then zrem_chunks(KEYS[3], gone_events) end
+  del_all(doomed)
+  if #gone_events > 0 then zrem_all(KEYS[3], gone_events) end
   for endpoint_id, list in pairs(by_endpoint) do
-    zrem_chunks(ep_prefix .. endpoint_id, list)
+    zrem_all(ep_prefix .. endpoint_id, list)
   end
   removed = removed + #ids
   events = events + #gone_events

@@ -12,8 +12,7 @@
 -- claim field stays after the outcome is written: record.lua).
 --
 -- Returns one integer per item: 1 extended, 0 the claim is no longer ours.
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local until_ms = string.format("%d", now + tonumber(ARGV[1]))
 local n = tonumber(ARGV[2])
 local res = {}

@@ -15,8 +15,7 @@
 -- ARGV[2+2n] the endpoint id (written into a hash that has none: a first claim's)
 -- A claim is ours while the hash's claim is its token and its status "delivering".
 -- Returns the number held.
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local n = tonumber(ARGV[1])
 local held = 0
 for i = 1, n do

@@ -15,8 +15,7 @@
 -- ARGV[3] ops entry id (fresh per call)   ARGV[4] most tallies cut by one call
 --
 -- Returns the number of summaries appended.
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local ripe = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", now - tonumber(ARGV[2]),
   "LIMIT", 0, tonumber(ARGV[4]))
 local tally_prefix = ARGV[1]

@@ -1,5 +1,6 @@
 -- publish.lua: store one event, its deliveries and their queue entries, all or nothing.
 -- Called by Store.publish (relay/queue/transitions.py), which builds these from keys.py.
+-- Design notes (which deliveries get a hash, ordered lanes): docs/design/lua.md.
 --
 -- KEYS[1]  idempotency key (string)    ShardKeys.idempotency(app, key); only touched when
 --          ARGV[1] == "1" (without an Idempotency-Key the event key again, untouched)
@@ -10,35 +11,19 @@
 -- KEYS[5+2n] queued index (zset)      ShardKeys.queued (ordered lanes: waiting behind a head)
 --
 -- ARGV[1]  "1" when an Idempotency-Key guards this publish
--- ARGV[2]  idempotency value (JSON: body hash + first answer)
--- ARGV[3]  idempotency TTL, ms
+-- ARGV[2]  idempotency value (JSON: body hash + first answer)   ARGV[3] its TTL, ms
 -- ARGV[4]  event id   ARGV[5] type   ARGV[6] app
--- ARGV[7]  the event as stored: its header line, a newline, its payload (maybe
---          compressed); relay/domain/eventrecord.py
+-- ARGV[7]  the event as stored: header line, newline, payload (relay/domain/eventrecord.py)
 -- ARGV[8]  created_at, ms        ARGV[9] wake channel
 -- ARGV[10] retention, ms: an event with no delivery is not indexed and expires after it
 -- ARGV[11] n, the number of deliveries
--- ARGV[12..11+3n] per delivery, three values: delivery id, endpoint id, and "1" when its
---          id does not derive from the event's (relay/domain/ids.py), else ""
+-- ARGV[12..11+3n] per delivery: delivery id, endpoint id, "1" when its id does not derive
+--          from the event's (relay/domain/ids.py), else ""
 -- ARGV[12+3n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
--- ARGV[13+3n..12+5n] (only with a lane prefix) per delivery, two values: its lane
---          ("" unordered; else <endpoint_id> or <endpoint_id>:<ordering_key>) and
---          "skip" | "block" (what its lane does when it goes dead)
+-- ARGV[13+3n..12+5n] (only with a lane prefix) per delivery: its lane ("" unordered; else
+--          <endpoint_id> or <endpoint_id>:<ordering_key>) and "skip" | "block" (on dead)
 --
--- Layout v3: a delivery as published has no hash. Its id says its event and its place in
--- the event's header, which names its endpoint, so "pending, attempts 0" is all there is
--- to say, and the due queue says it; claim.lua writes the hash at its first claim. A
--- delivery gets a hash here only when it has more to keep: an ordered one (its lane) or
--- one whose id does not derive from the event's (its event id).
---
--- Ordered lanes: an ordered delivery is appended to its lane (a list, publish order);
--- only the lane's head is pending and in due; the others are "queued" (in the queued
--- index, never in due, so claims never see them) until the one before them finishes
--- (record.lua, reclaim.lua, discard.lua, expire.lua promote the next one).
---
--- The event never changes after this; expire.lua removes it with its last delivery.
--- Returns {1} when stored, or {0, <stored idempotency value>} when the key was taken
--- (then the key is set again, same value and TTL: a write a WAIT after the call waits for).
+-- Returns {1} when stored, or {0, <stored idempotency value>} when the key was taken.
 if ARGV[1] == "1" then
   local ok = redis.call("SET", KEYS[1], ARGV[2], "NX", "PX", ARGV[3])
   if not ok then
@@ -50,8 +35,7 @@ if ARGV[1] == "1" then
   end
 end
 
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local created = ARGV[8]
 
 local n = tonumber(ARGV[11])
@@ -65,13 +49,6 @@ end
 -- Wake sleeping workers only when nothing was due yet: a busy queue is being drained.
 local first = redis.call("ZRANGE", KEYS[3], 0, 0, "WITHSCORES")
 local wake = (first[2] == nil) or (tonumber(first[2]) > now)
-
--- One ZADD for many members (in chunks: Lua's unpack has a stack limit).
-local function zadd_all(key, pairs)
-  for i = 1, #pairs, 1000 do
-    redis.call("ZADD", key, unpack(pairs, i, math.min(i + 999, #pairs)))
-  end
-end
 
 local lane_prefix = ARGV[12 + 3 * n]
 local due = {}

@@ -1,10 +1,7 @@
 -- reclaim.lua: move deliveries whose lease ran out back to due (or to dead).
---
--- A worker that died or stalled past its lease leaves its claims in the processing
--- set; this moves them back so another worker sends them (at-least-once). The attempt
--- was already counted at claim, so a delivery that kills its worker every time reaches
--- dead once its attempts are spent. Two reclaimers racing: the ZREM decides, one wins.
--- Called by Store.reclaim (relay/queue/transitions.py).
+-- Called by Store.reclaim (relay/queue/transitions.py). The attempt was counted at claim,
+-- so a delivery that kills its worker every time reaches dead once its attempts are
+-- spent; of two reclaimers racing, the ZREM decides. Design notes: docs/design/lua.md.
 --
 -- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] dead (zset)
 -- KEYS[4] shard stats (hash)                          ShardKeys.due/processing/dead/stats
@@ -12,21 +9,14 @@
 -- KEYS[7] dead-letter tallies (zset)   ShardKeys.dead_tally_index
 -- ARGV[1] delivery key prefix   ShardKeys.delivery_prefix  (relay:v3:{s0}:dlv:)
 -- ARGV[2] attempt log prefix    ShardKeys.log_prefix       (relay:v3:{s0}:log:)
---         (the expired ids are only known in here; same hash tag, same slot)
 -- ARGV[3] limit   ARGV[4] wake channel (ShardKeys.wake)
 -- ARGV[5] lane key prefix (ShardKeys.lane_prefix)
 -- ARGV[6] dead-letter tally prefix (ShardKeys.dead_tally_prefix)
--- ARGV[7] event key prefix (ShardKeys.event_prefix): the attempt budget of a delivery
---         whose hash has none is its event's (the header's max_attempts), and so is the
---         endpoint of one whose hash has none (a first claim writes none: claim.lua); it
---         is written into the hash here
---
--- Ordered lanes: a reclaimed head stays its lane's head (back in due, or, out of
--- attempts, dead: then the lane moves on, or blocks, exactly as in record.lua).
+-- ARGV[7] event key prefix (ShardKeys.event_prefix): a delivery whose hash has no attempt
+--         budget or endpoint takes them from its event's header
 --
 -- Returns {reclaimed, sent_to_dead, id1, id2, ...}
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local dlv_prefix = ARGV[1]
 local log_prefix = ARGV[2]
 local evt_prefix = ARGV[7]
@@ -38,19 +28,6 @@ local tally_index = KEYS[7]
 local tally_prefix = ARGV[6]
 local B32 = {}  -- base32 digit -> value (relay/domain/ids.py)
 for k = 1, 32 do B32[string.sub("0123456789ABCDEFGHJKMNPQRSTVWXYZ", k, k)] = k - 1 end
-
--- Operational events: a dead letter is counted in its endpoint's tally in this shard
--- (relay/connectors/opsevents.py cuts ripe tallies into delivery.dead summaries).
-local function dead_tally(dkey, id)
-  local ep = redis.call("HGET", dkey, "endpoint_id")
-  if not ep then return end
-  local tk = tally_prefix .. ep
-  redis.call("ZADD", tally_index, "NX", now, ep)
-  redis.call("HINCRBY", tk, "n", 1)
-  redis.call("HSETNX", tk, "first_id", id)
-  redis.call("HSETNX", tk, "first_at", now)
-  redis.call("HSET", tk, "last_id", id, "last_at", now)
-end
 
 -- A head gone dead: its lane blocks ("on_dead" = "block") or the next one is due now.
 local function lane_dead(dkey, id)
@@ -105,7 +82,8 @@ for _, id in ipairs(ids) do
         redis.call("HSET", dkey, "status", "dead", "finished_at", now)
         redis.call("ZADD", KEYS[3], now, id)
         dead = dead + 1
-        dead_tally(dkey, id)
+        local ep = redis.call("HGET", dkey, "endpoint_id")
+        tally_dead(tally_index, tally_prefix, ep, id, now)
         lane_dead(dkey, id)
       else
         redis.call("HSET", dkey, "status", "pending")

@@ -1,16 +1,11 @@
 -- record.lua: record the outcomes of a batch of sends, each fenced on its claim token.
---
--- A worker whose claim was superseded (its lease ran out and another worker took the
--- delivery) changes nothing but the attempt log: its request is appended there with
--- the next free number and "fenced": true, and the current owner's state stands.
---
 -- Called by Store.record (relay/queue/transitions.py), which builds these from keys.py.
+-- A superseded claim changes only the attempt log (an entry marked "fenced"); a retried
+-- write finds its own token and changes nothing. Design notes: docs/design/lua.md.
 --
 -- KEYS[1] due (zset)   KEYS[2] processing (zset)   KEYS[3] succeeded (zset)   KEYS[4] dead (zset)
 -- KEYS[5] queued index (zset)   KEYS[6] blocked lanes (zset)   ShardKeys.queued/blocked
 -- KEYS[7] dead-letter tallies (zset)   ShardKeys.dead_tally_index
--- An item's delivery hash and attempt log are prefix .. id (ARGV below), in the shard's
--- slot: passed as KEYS, two per item, they cost more than the commands on them.
 --
 -- ARGV[1] wake channel (ShardKeys.wake)
 -- ARGV[2] lane key prefix (ShardKeys.lane_prefix)
@@ -19,56 +14,17 @@
 -- ARGV[5] attempt log key prefix (ShardKeys.log_prefix)
 -- ARGV[6] event key prefix (ShardKeys.event_prefix)
 -- ARGV[7] n, the number of full items
--- ARGV[8..7+9n] per full item, nine values: delivery id, claim token,
---           outcome ("succeeded" | "retry" | "dead" | "defer"), retry delay ms,
---           status code ("" for none), error ("" for none),
---           attempt log entry: a JSON object without its "n" (and "fenced") field,
---           ("" when it has a short form: made from that where it is needed),
---           its short form ("" for none; relay/domain/attemptlog.py),
---           its endpoint id ("": read from its event's header when the hash has none)
--- ARGV[8+9n] m, the number of short items: a request that succeeded and has a short
---           form, which says the rest (its status code; no error, entry or delay);
---           then per short item four values: delivery id, claim token, short form,
---           endpoint id (as above)
+-- ARGV[8..7+9n] per full item, nine values: delivery id, claim token, outcome ("succeeded"
+--           | "retry" | "dead" | "defer"), retry delay ms, status code ("" for none), error
+--           ("" for none), attempt log entry (JSON without "n"; "" when it has a short
+--           form), its short form ("" for none; relay/domain/attemptlog.py), its endpoint
+--           id ("": read from its event's header when the hash has none)
+-- ARGV[8+9n] m, the number of short items (a first request that succeeded, said by its
+--           short form), then per item four values: delivery id, claim token, short
+--           form, endpoint id (as above)
 --
--- The attempt log: a delivery's first request, when it succeeded and has a short form,
--- is kept in the delivery hash as "a1" rather than in a list of its own (a list of one
--- entry costs ~390 bytes); every other request is appended to the list.
---
--- Ordered lanes (a delivery hash with a "lane"): "retry" and "defer" keep it the head
--- (back in due, its lane untouched). "succeeded" pops it off its lane and makes the next
--- one pending and due now, in this same call; so does "dead", unless its lane blocks on
--- a dead head ("on_dead" = "block"): then it stays the head, marked "blocking", and the
--- lane is in the blocked set until a replay or discard (a deleted endpoint never blocks).
---
--- "defer" means no request was made (the endpoint is disabled or must be paced): the
--- delivery goes back to due after the delay, its attempt refunded, nothing logged.
---
--- The fence: the outcome is this claim's to write while the hash's "claim" is its token
--- and its status is "delivering". The claim field stays once the outcome is written (a
--- status other than "delivering" says it was), so the common case writes one HSET and
--- deletes nothing; a later claim moves it to "recorded" (claim.lua). A retry of a write
--- that did run (its reply was lost to a timeout) finds its own token in "claim" or
--- "recorded" and changes nothing: 1, as the first time, no second log entry.
---
--- The first claim writes no endpoint id (claim.lua reads no event); the outcome writes it
--- into the hash, as given, or read from the event's header for a caller that gave none.
---
--- Layout v3 keeps what can be read elsewhere out of the hash: a finished delivery's
--- finished_at and next_attempt_at are the scores of its index (succeeded, dead, due), and
--- a first request that succeeded keeps no last_attempt_at, last_status_code or
--- last_error (a1 says when, what and who). Commands per outcome: one HMGET and one HSET
--- (an HDEL only for a last_* field a later request has no value for, and the log's RPUSH
--- but for a1); the ZREM from processing and the ZADDs to due, succeeded and dead are one
--- command each for the whole batch.
---
--- Returns one integer per item, the full items' first: 1 recorded, 0 fenced (claim
--- superseded). Store.record puts them back in its callers' order.
--- The time goes to Redis as a string made once (now_s): a Lua number passed to
--- redis.call is formatted with "%.17g" each time, which cost more than the commands.
-local t = redis.call("TIME")
-local now_s = t[1] .. string.sub(string.rep("0", 6 - #t[2]) .. t[2], 1, 3)  -- ms
-local now = tonumber(now_s)
+-- Returns one integer per item, the full items' first: 1 recorded, 0 fenced (superseded).
+local now, now_s = now_ms()
 local res = {}
 local wake = false
 local n = tonumber(ARGV[7])
@@ -128,18 +84,6 @@ local function endpoint_of(id, given)
   return type(e) == "string" and e or nil
 end
 
--- Operational events: a dead letter is counted in its endpoint's tally in this shard
--- (relay/connectors/opsevents.py cuts ripe tallies into delivery.dead summaries).
-local function dead_tally(ep, id)
-  if not ep then return end
-  local tk = tally_prefix .. ep
-  redis.call("ZADD", tally_index, "NX", now_s, ep)
-  redis.call("HINCRBY", tk, "n", 1)
-  redis.call("HSETNX", tk, "first_id", id)
-  redis.call("HSETNX", tk, "first_at", now_s)
-  redis.call("HSET", tk, "last_id", id, "last_at", now_s)
-end
-
 -- The finished head `id` leaves its lane; the next one becomes pending, due now.
 local function lane_next(lane, id)
   local lane_key = lane_prefix .. lane
@@ -165,18 +109,6 @@ local function lane_done(dkey, id, lane, outcome, err)
     redis.call("ZADD", blocked, now_s, lane)
   else
     lane_next(lane, id)
-  end
-end
-
--- One command for many members (in chunks: Lua's unpack has a stack limit).
-local function zrem_all(key, members)
-  for i = 1, #members, 1000 do
-    redis.call("ZREM", key, unpack(members, i, math.min(i + 999, #members)))
-  end
-end
-local function zadd_all(key, pairs)
-  for i = 1, #pairs, 1000 do
-    redis.call("ZADD", key, unpack(pairs, i, math.min(i + 999, #pairs)))
   end
 end
 
@@ -269,7 +201,7 @@ local function one(i, id, token, outcome, delay, code, err, entry, a1, ep_given)
     else
       dead_at[#dead_at + 1] = now_s
       dead_at[#dead_at + 1] = id
-      dead_tally(ep, id)
+      tally_dead(tally_index, tally_prefix, ep, id, now_s)
       lane_done(dkey, id, f[4], outcome, err)
     end
     res[i] = 1

@@ -12,8 +12,7 @@
 --
 -- A claim is ours while the hash's claim is its token and its status "delivering".
 -- Returns one integer per item: 1 handed back, 0 the claim was no longer ours.
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local n = tonumber(ARGV[3])
 local res = {}
 local any = false

@@ -19,8 +19,7 @@
 --
 -- Returns one value per item: "ok", or the status that made it not replayable
 -- ("" when the delivery does not exist).
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local n = tonumber(ARGV[3])
 local res = {}
 local any = false

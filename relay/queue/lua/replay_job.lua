@@ -19,8 +19,7 @@
 --         set; returns {1}, or {0, state, owner} and changes nothing.
 -- cancel: a running job becomes "cancelled" (its owner's next save is refused);
 --         returns {1}, or {0, state, owner} for a job that is not running ("" unknown).
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local op = ARGV[1]
 local id = ARGV[2]
 local owner = ARGV[3]

@@ -12,8 +12,7 @@
 --         (the held ids are only known in here; same hash tag, same slot)
 -- ARGV[2] wake channel (ShardKeys.wake)
 -- Returns the number resumed.
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local dlv_prefix = ARGV[1]
 local ids = redis.call("ZRANGE", KEYS[1], 0, -1)
 for _, id in ipairs(ids) do

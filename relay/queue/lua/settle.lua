@@ -1,14 +1,9 @@
 -- settle.lua: record the results of sends to one endpoint in its breaker, free their slots.
---
--- Consecutive failures are counted here, atomically, for all workers together: the
--- breaker opens on exactly the threshold-th consecutive failure. Consecutive in the order
--- the requests were sent: a failure that carries its send time ("0@<ms>") and was sent
--- before the endpoint's last success is not counted while the breaker is closed (the
--- endpoint answered after it was sent): the timeouts of a few hung requests, landing
--- together after the successes sent beside them, are no outage. A failed half-open probe
--- reopens it with a longer cooldown (doubling, capped); a success closes it.
---
--- Called by Store.settle (relay/queue/endpoints.py).
+-- Called by Store.settle (relay/queue/endpoints.py). Consecutive failures are counted
+-- here for all workers together: the breaker opens on exactly the threshold-th; a failed
+-- half-open probe reopens it with a longer cooldown (doubling, capped); a success closes
+-- it. Opening and recovering append ops events; a deleted endpoint (its tombstone)
+-- settles nothing. Design notes: docs/design/lua.md.
 --
 -- KEYS[1] breaker (hash)   EndpointKeys.breaker   KEYS[2] in-flight slots (zset)   EndpointKeys.inflight
 -- KEYS[3] ops outbox (list)  EndpointKeys.ops   KEYS[4] tombstone (string)  EndpointKeys.deleted
@@ -19,28 +14,13 @@
 --           (neutral: no verdict on the endpoint's health, e.g. 429 pacing)
 -- ARGV[5+2n] ops entry id (fresh per call)   ARGV[6+2n] endpoint id
 --
--- Operational events: the breaker opening (closed -> open) appends "endpoint.failing" to
--- the ops outbox, a success closing an open or half-open breaker "endpoint.recovered",
--- in this same call, so each transition is recorded once across all workers
--- (relay/connectors/opsevents.py publishes them into the ops app).
---
--- The breaker hash is read once (HMGET), the results applied to that copy in order, and
--- what changed written back once (one HSET, one HDEL when a field goes): a batch of
--- successes to a healthy endpoint costs four commands (with the tombstone's EXISTS),
--- whatever its size.
---
--- A deleted endpoint (its tombstone, endpoint_forget.lua) keeps no state: the results
--- settle nothing and the breaker and slots are dropped, so nothing comes back.
---
 -- Returns {state, consecutive failures, open_until, failing_since (ms or 0), last_success_at,
 --          ops entries appended}
 if redis.call("EXISTS", KEYS[4]) == 1 then
   redis.call("DEL", KEYS[1], KEYS[2])
   return {"closed", 0, 0, 0, 0, 0}
 end
-local t = redis.call("TIME")
-local now_s = t[1] .. string.sub(string.rep("0", 6 - #t[2]) .. t[2], 1, 3)  -- ms
-local now = tonumber(now_s)  -- set() makes strings: now_s spares a number's formatting
+local now, now_s = now_ms()
 local threshold = tonumber(ARGV[1])
 local b = KEYS[1]
 local n = tonumber(ARGV[4])
