@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check relay tests
 	$(BIN)/ruff format --check relay tests
 	$(BIN)/mypy relay
+	$(BIN)/python scripts/lint_comments.py relay tests
 
 # the documentation site, from docs/ (mkdocs.yml); any warning fails it
 docs: $(STAMP)

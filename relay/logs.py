@@ -37,7 +37,7 @@ def add_timestamp(logger: Any, method_name: str, event_dict: Any) -> Any:
     """``timestamp``, as ``TimeStamper(fmt="iso", utc=True)`` writes it
     (``2026-12-01T19:20:04.669336Z``; no fraction at a whole second), the second
     formatted once: a worker logs a line per delivery attempt, and formatting a datetime
-    each time was a third of what the line cost beyond writing it."""
+    for each is much of what the line costs beyond writing it."""
     global _second
     now = time.time()
     second = int(now)

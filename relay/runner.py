@@ -193,10 +193,10 @@ async def serve(
 
 # The cyclic garbage collector's first generation is collected after this many net new
 # container objects (Python's default: 700). A worker allocates tens of short-lived
-# objects per send (tasks, futures, requests), so at 700 it ran a collection every dozen
-# deliveries, and a full one (every object, the imported modules' too) every ~1,500:
-# 12% of its CPU in bench/run.py --only drain1. Reference counting frees nearly all of
-# them anyway; at most this many objects of cyclic garbage wait for the next collection.
+# objects per send (tasks, futures, requests): at 700 it would collect every dozen
+# deliveries, and run a full collection (every object, the imported modules' too) every
+# ~1,500. Reference counting frees nearly all of them anyway; at most this many objects
+# of cyclic garbage wait for the next collection.
 GC_GEN0_THRESHOLD = 10_000
 
 

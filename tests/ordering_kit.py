@@ -1,4 +1,4 @@
-"""Ordered delivery (issue 14) test kit: a receiver that records every request's lane,
+"""Ordered delivery test kit: a receiver that records every request's lane,
 number, start and end, worker processes, ordered publishing, and the lane checks.
 
 The receiver answers at random: about a third of the requests fail (500), and about a

@@ -336,9 +336,9 @@ async def test_the_rate_limit_is_one_budget_across_api_replicas(
     make_store: Any, make_api: Any
 ) -> None:
     """Two API processes' apps on one Redis: the rate limit is one budget across both,
-    and the operator's tokens are not limited. Seen failing with the rate
-    key made per process (a random suffix in ``Keys.api_rate``): the third request,
-    on the second replica, got 200."""
+    and the operator's tokens are not limited. Fails with the rate key made per process
+    (a random suffix in ``Keys.api_rate``): the third request, on the second replica,
+    gets 200."""
     store = await make_store(api_rate=0.01, api_burst=2)  # 2 at once, then 1 per 100 s
     other = await make_store(api_rate=0.01, api_burst=2)
     one, two = await make_api(store), await make_api(other)
@@ -360,8 +360,8 @@ async def test_the_rate_limit_is_one_budget_across_api_replicas(
 async def test_a_revocation_holds_at_once_on_every_api_replica(
     make_store: Any, make_api: Any
 ) -> None:
-    """Seen failing with a per-process cache of credentials put into
-    ``Store.authenticate``: the second replica answered 200 after the revocation."""
+    """Fails with a per-process cache of credentials put into ``Store.authenticate``: the
+    second replica answers 200 after the revocation."""
     one, two = await make_api(await make_store()), await make_api(await make_store())
     made = await (await one.session.post(one.url + "/v1/api-keys", json={
         "app": "A", "scopes": ["read"]})).json()  # fmt: skip

@@ -268,9 +268,9 @@ async def test_idempotency_key_concurrent_publishes_create_one_event(
 
 async def test_many_concurrent_publishes_are_all_accepted(make_store: Any, make_api: Any) -> None:
     """More requests at once than redis-py's default pool (100 connections) holds: each
-    waits for a connection rather than failing. Seen failing (172 of 400 answered 500,
-    MaxConnectionsError) before store.connect used a blocking pool. The 400 connections
-    come from one address: no per-client cap here."""
+    waits for a connection rather than failing. Fails with a non-blocking pool in
+    store.connect (answers 500, MaxConnectionsError). The 400 connections come from one
+    address: no per-client cap here."""
     store = await make_store(max_payload_bytes=2000, max_connections_per_client=0)
     api = await make_api(store)
     await new_endpoint(api)

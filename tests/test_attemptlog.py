@@ -1,9 +1,9 @@
-"""Issue 17: a delivery's first request, when it succeeded, is kept in its hash ("a1")
-instead of an attempt-log list of its own; readers show the same log as before.
+"""A delivery's first request, when it succeeded, is kept in its hash ("a1") instead of
+an attempt-log list of its own; readers show the same log either way.
 
 On fakeredis and a real Redis (the ``st`` fixture of test_store.py); the encoding check
-needs a real server. Seen failing before the change: the log key existed and ``a1`` did
-not (record.lua pushed every entry to the list).
+needs a real server. Fails with record.lua pushing every entry to the list: the log key
+exists and ``a1`` does not.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ async def test_later_requests_go_to_the_list_after_it(st: Store) -> None:
     assert await st.record(sk, [_ok(again)]) == [1]
     assert await st.redis.llen(sk.log(c.id)) == 1  # the replayed request: number 2
     # sent as its short form alone: its status code is read from a1 (record.lua code_of;
-    # seen failing with code_of answering "")
+    # fails with code_of answering "")
     raw = await st.redis.hgetall(sk.delivery(c.id))
     assert (raw["last_status_code"], raw["status"]) == ("200", "succeeded")
     rec = await st.get_delivery(c.id)
@@ -111,8 +111,8 @@ async def test_later_requests_go_to_the_list_after_it(st: Store) -> None:
 async def test_an_entry_sent_as_its_short_form_is_logged_whole(st: Store, detail: str) -> None:
     """An outcome with a short form goes to Redis without its entry; a request that is
     not its delivery's first in the log (a replay's, a fenced one's) gets the entry the
-    script makes from the short form: the worker's, field for field. Seen failing with
-    the script's entry_of leaving out the detail."""
+    script makes from the short form: the worker's, field for field. Fails with the
+    script's entry_of leaving out the detail."""
     c, _ = await _one_sent(st)
     sk = st.keys.shard(0)
     assert await st.replay([c.id]) == {c.id: "ok"}
@@ -164,8 +164,8 @@ def test_inline_round_trip_and_limits() -> None:
 
 async def test_short_and_full_outcomes_of_one_batch_answer_in_its_order(st: Store) -> None:
     """A first request that succeeded goes to record.lua as its short form alone, after
-    the full items, and the replies are put back in the batch's order. Seen failing with
-    the replies taken in the script's order ([0, 1, 1]: the fenced full item first)."""
+    the full items, and the replies are put back in the batch's order. Fails with the
+    replies taken in the script's order ([0, 1, 1]: the fenced full item first)."""
     ep = await add_endpoint(st)
     for _ in range(3):
         await publish(st, [ep["id"]])

@@ -88,8 +88,8 @@ async def test_dashboard_replays_dead_delivery_and_escapes_payloads(
     """Sign in, see the dead delivery, open it, replay it, watch it succeed; recover the
     other from the endpoints view. Untrusted payload text must show as text, never run.
 
-    Seen failing with the protection removed: set the payload with ``pre.innerHTML = ...``
-    in ``relay/ui/app.js`` and the payload assertion fails (the markup is parsed, not shown).
+    Fails with the payload set with ``pre.innerHTML = ...`` in ``relay/ui/app.js`` (the
+    markup is parsed, not shown).
     """
     async with chromium() as browser:
         await _dashboard_scenario(make_store, make_api, receiver, browser)

@@ -1,10 +1,10 @@
-"""The dashboard on a laptop (issue 18): at 900 px wide the last column of the deliveries
+"""The dashboard on a laptop: at 900 px wide the last column of the deliveries
 and endpoints tables is on screen, not cut off; the sign-in page says where `relay dev`
 keeps the token; a waiting delivery says why.
 
-Seen failing before the change: at 900 px the deliveries table's last header cell ended
-past the table's visible box (the wrapper scrolled sideways), and the sign-in page did
-not mention `.relay/api-token`.
+Fails when the deliveries table's last header cell ends past the table's visible box at
+900 px (the wrapper scrolling sideways), or the sign-in page does not mention
+`.relay/api-token`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dashboard's ordered-lane views (issue 14) in a real headless Chromium.
+"""The dashboard's ordered-lane views in a real headless Chromium.
 
 A lane blocked by its dead head shows on the Dead card ("1 ordered lane blocked"), in
 the list (the head says it blocks its lane and has a Discard action, the next one is

@@ -1,4 +1,4 @@
-"""The dashboard's part of issue 16: an endpoint's filter on its row (as text), and
+"""The dashboard's filters and replay jobs: an endpoint's filter on its row (as text), and
 "Replay a time range": count (dry run), start a job, see it listed, cancel it."""
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
-"""Issue 17, Redis CPU per delivery: what claim.lua does to cost less, and that it changes
+"""Redis CPU per delivery: what claim.lua does to cost less, and that it changes
 nothing a claim returns or leaves behind.
 
 - A new processing set is made a skiplist (a long member added with the first leases and
-  removed in the same call): as a listpack, every lease added scanned the whole set.
-  Needs a real Redis (OBJECT ENCODING); seen failing with the pad taken out ("listpack").
+  removed in the same call): as a listpack, every lease added would scan the whole set.
+  Needs a real Redis (OBJECT ENCODING); fails with the pad taken out ("listpack").
 - A claim's events are read by Store.claim in one MGET after the script (claim.lua reads
   none: a string passed through Lua is hashed byte by byte and copied twice), and a
   first claim's endpoint and attempt budget are the header's, read in Python: every
   shape below claims the same endpoint and attempt budget on fakeredis and on a real
-  Redis, as when claim.lua read them with string.find and cjson. Seen failing with
+  Redis, as a Lua reader with string.find and cjson would. Fails with
   eventrecord.endpoint_of off by one (each delivery given its neighbour's endpoint).
 """
 

@@ -1,4 +1,4 @@
-"""Issue 17, Redis CPU per delivery: a claim and its outcome touch fewer commands.
+"""Redis CPU per delivery: a claim and its outcome in few commands.
 
 claim.lua reads no event (Store.claim reads the claimed events in one MGET after it) and
 writes no endpoint id (the outcome writes it); record.lua deletes nothing on the common
@@ -6,21 +6,21 @@ path: the claim field stays once its outcome is written, the status saying it wa
 that must not change, each on fakeredis and on a real Redis:
 
 - a claim is a lease only while its delivery is "delivering": once its outcome is
-  written, its token extends, holds and hands back nothing (seen failing with the status
-  check taken out of extend.lua, of hold.lua, of release.lua, and out of record.lua's
-  own fence: a retried write then wrote again);
+  written, its token extends, holds and hands back nothing (fails with the status check
+  taken out of extend.lua, of hold.lua, of release.lua, and out of record.lua's own
+  fence: a retried write then writes again);
 - a retried write of an outcome (its reply lost) changes nothing, also after a later
-  claim has taken the delivery (seen failing with claim.lua no longer moving the token
-  to "recorded", and with record.lua no longer reading it: the retry was logged as a
-  fenced request);
+  claim has taken the delivery (fails with claim.lua not moving the token to
+  "recorded", and with record.lua not reading it: the retry is logged as a fenced
+  request);
 - the endpoint is shown while in flight (the header's, also past HEADER_READ), and is in
-  the hash once the outcome, a reclaim or a hold is written (seen failing with each
-  write taken out, record.lua ignoring the endpoint it is given, and the dashboard's
+  the hash once the outcome, a reclaim or a hold is written (fails with each write
+  taken out, record.lua ignoring the endpoint it is given, and the dashboard's
   header fallback removed or reading only the first HEADER_READ bytes);
 - a claimed delivery whose event is gone is a dead letter (event_missing), not a send
-  (seen failing with Store.claim not recording it);
-- hashes as the scripts before wrote them (the claim deleted at the outcome, "recorded"
-  holding its token) are read and written on as they are.
+  (fails with Store.claim not recording it);
+- hashes as an older version of the scripts wrote them (the claim deleted at the
+  outcome, "recorded" holding its token) are read and written on as they are.
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ async def test_the_endpoint_is_the_headers_until_the_outcome_writes_it(st: Store
 
 async def test_in_flight_counts_read_a_header_past_the_first_read(st: Store) -> None:
     """A fan-out's header longer than HEADER_READ: the dashboard's in-flight count still
-    finds each first attempt's endpoint (seen failing with a reader of the first
-    HEADER_READ bytes only: every count 0)."""
+    finds each first attempt's endpoint (fails with a reader of the first HEADER_READ
+    bytes only: every count 0)."""
     eps = [f"ep_{i:026d}" for i in range(160)]
     event_id = await _stored(st, eps)
     head = await st.redis.getrange(st.keys.shard(0).event(event_id), 0, HEADER_READ - 1)

@@ -1,10 +1,10 @@
-"""The first hour with the CLI (issue 18): finding `relay dev`'s Redis, saying which Redis
+"""The first hour with the CLI: finding `relay dev`'s Redis, saying which Redis
 is in use, one-line errors for every bad setting, unknown ids exit 1.
 
-Seen failing before the change (the same tests run against ``git archive HEAD``):
-``RELAY_REDIS_URL=http://x relay stats`` raised ValueError from redis-py (a traceback),
-``relay dead --endpoint ep_nosuch`` exited 0 with an empty table, and ``relay stats``
-with no RELAY_REDIS_URL dialled 127.0.0.1:6379 while ``relay dev`` ran on another port.
+Unguarded, ``RELAY_REDIS_URL=http://x relay stats`` raises ValueError from redis-py (a
+traceback), ``relay dead --endpoint ep_nosuch`` exits 0 with an empty table, and ``relay
+stats`` with no RELAY_REDIS_URL dials 127.0.0.1:6379 while ``relay dev`` runs on another
+port.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ pub/sub, publish through the API and delivery by an in-process worker (every eve
 the cross-shard views, idempotency, fencing, two reclaimers racing and fair claiming
 across shards. A slot moved while deliveries flow: ``test_cluster_migration.py``.
 
-Race tests say how they were seen failing: the protection was removed in a scratch copy
-of the repository, the test run there, and it failed as quoted.
+Race tests name the protection they prove and the edit that makes them fail (the
+protection removed in a scratch copy of the repository).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ async def test_three_hundred_calls_at_once(cluster_store: StoreFactory) -> None:
 
     Protection: ``connect`` raises redis-py's per-node connection cap (100, and past it a
     command fails at once: no blocking pool for the cluster client).
-    Seen failing: with the cap left at its default, MaxConnectionsError.
+    Fails with the cap left at its default: MaxConnectionsError.
     """
     store = await cluster_store()
     got = await asyncio.gather(*(seed(store, 0, 1) for _ in range(300)))
@@ -264,9 +264,8 @@ async def test_idempotency_on_cluster(cluster_store: StoreFactory, make_api: Any
 
     Protection: publish.lua's ``SET NX`` on the idempotency key, in the shard the key
     hashes to, in the same script as the event.
-    Seen failing: with ``NX`` removed from that ``SET`` in publish.lua, the second
-    publish with key k-1 answered 201 with a new event instead of 200 with the first
-    (assertion failed: 201 != 200).
+    Fails with ``NX`` removed from that ``SET`` in publish.lua: the second publish with
+    key k-1 answers 201 with a new event instead of 200 with the first.
     """
     store_a, store_b = await cluster_store(), await cluster_store()
     apis = [await make_api(store_a), await make_api(store_b)]
@@ -302,8 +301,8 @@ async def test_idempotency_on_cluster(cluster_store: StoreFactory, make_api: Any
         assert r.status == 409
         assert (await r.json())["error"] == "idempotency_key_reused"
 
-    # Every key of an app lands on the app's shard (issue 14: the guard lives beside the
-    # app's ordered lanes, whatever the body); each publishes exactly one event.
+    # Every key of an app lands on the app's shard (the guard lives beside the app's
+    # ordered lanes, whatever the body); each publishes exactly one event.
     shards: Counter[int | None] = Counter()
     for n in range(12):
         s1, a1 = await post(apis[n % 2], f"spread-{n}")
@@ -323,8 +322,7 @@ async def test_stale_record_is_fenced_on_cluster(cluster_store: StoreFactory) ->
     """A's lease expires, B reclaims and claims; A's late record is fenced, B's stands.
 
     Protection: record.lua acts only when the delivery still carries the caller's token.
-    Seen failing: with ``local mine = true`` in record.lua, A's late record returned
-    [1] instead of [0] (assertion failed).
+    Fails with ``local mine = true`` in record.lua: A's late record returns [1], not [0].
     """
     a = await cluster_store(worker_id="A")
     b = await cluster_store(worker_id="B")
@@ -364,9 +362,8 @@ async def test_expired_leases_raced_by_two_reclaimers_on_cluster(
 
     Protection: reclaim.lua takes each id out of the processing set (``ZREM``) in the
     script that moves it back.
-    Seen failing: with that ``ZREM`` (and its ``== 1`` condition) deleted from
-    reclaim.lua, the reclaimers took the same ids again and again: "1400 reclaims of 7
-    ids" (assertion failed).
+    Fails with that ``ZREM`` (and its ``== 1`` condition) deleted from reclaim.lua: the
+    reclaimers take the same ids again and again.
     """
     owner = await cluster_store(worker_id="doomed")
     shard = 2
@@ -406,9 +403,8 @@ async def test_worker_claims_from_every_shard_in_turn(
     """A backlog of 60 on each of 3 shards; of the first 60 sends, every shard gets >= 10.
 
     Protection: the worker rotates the shard it claims from first on every pass.
-    Seen failing: with ``rotation`` kept at 0 in ``Worker._loop``, shard 2 got 1 to 4 of
-    the first 60 sends in three runs (e.g. Counter({0: 49, 1: 10, 2: 1})), and the
-    assertion failed; with rotation, 16 to 24 per shard.
+    Fails with ``rotation`` kept at 0 in ``Worker._loop``: the last shard gets only a
+    few of the first 60 sends.
     """
     store = await cluster_store(worker_concurrency=3, claim_batch=3)
     ep = endpoint(receiver.url + "/fair")

@@ -35,18 +35,17 @@ async def test_slot_moved_while_deliveries_flow(
     refuses it (TRYAGAIN) while the slot's keys are split; a refused call ran nothing
     and is retried (relay/scripts.py; the worker retries claims itself). And a shard
     whose outcome writes are being retried holds back only its own (each key of a group
-    commit has its own writer): written in turn, shard 0's 30 s of retries held every
-    other shard's writes, the worker's sends stayed tracked, it stopped claiming and the
-    wait for its claims timed out (CI, and three runs of four here with both cores busy).
-    Seen failing: without the guard key (scripts called with their own keys only, lua
-    key counts as before), claim.lua ran on the split shard ("Script attempted to access
-    a non local key in a cluster node" after its ZREMs on the source; on the target,
-    hashes not there yet read as missing) and dropped deliveries; the wait for all 3,000
-    timed out in three runs of three: "receiver got 2966 of 3000" (twice), "2998 of 3000".
-    And with redis-py's default ``reinitialize_steps`` (relay.queue.store.connect sets 0), the
-    MOVED answers of the migration made the client close its connections under other
-    tasks' commands: publishes failed with AttributeError "'NoneType' object has no
-    attribute 'writelines'" (three runs of three).
+    commit has its own writer): written in turn, shard 0's retries would hold every other
+    shard's writes, the worker's sends stay tracked, it stops claiming and the wait for
+    its claims times out.
+    Fails without the guard key (scripts called with their own keys only): claim.lua
+    runs on the split shard ("Script attempted to access a non local key in a cluster
+    node" after its ZREMs on the source; on the target, hashes not there yet read as
+    missing) and drops deliveries, so the wait for all 3,000 times out. And with
+    redis-py's default ``reinitialize_steps`` (relay.queue.store.connect sets 0), the
+    MOVED answers of the migration make the client close its connections under other
+    tasks' commands: publishes fail with AttributeError "'NoneType' object has no
+    attribute 'writelines'".
     """
     publisher = await cluster_store()
     worker_store = await cluster_store(worker_concurrency=32, lease_seconds=15.0)
@@ -144,8 +143,7 @@ async def test_slot_moved_while_deliveries_flow(
         await asyncio.gather(producer, return_exceptions=True)
         await worker
         # Failed mid-move: leave the session's cluster whole for the tests after this one
-        # (seen: with a failure injected after step 1, the ordering cluster tests then
-        # failed with "TTL exhausted", as in CI; with this they passed).
+        # (a slot left split makes the next cluster tests fail with "TTL exhausted").
         if not moved:
             await asyncio.to_thread(redis_cluster.move_slot, slot, dst)
         got = _delivered(receiver)

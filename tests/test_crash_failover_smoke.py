@@ -7,8 +7,7 @@ lagging replica link and a backlog open (replica links cut, workers stopped, pub
 going on: the script's docstring). With ``RELAY_ACK_REPLICAS=1`` nothing acknowledged is
 lost; with ``0`` the same round loses the events answered in the window, and every one
 of them is an event the new primary never had. The second round is the first one with
-its protection removed: it is how this test was seen failing (145 of 400 lost in a
-trial run with ``--ack 0``), and it keeps showing that the protection is what holds.
+its protection removed: it shows that the protection is what holds.
 """
 
 from __future__ import annotations
@@ -83,9 +82,9 @@ asyncio.run(main())
 
 def test_the_cut_is_undone_for_the_workers_when_a_replica_is_down() -> None:
     # A failover the Sentinels made on their own can leave a replica down when the round
-    # undoes its cut: the workers stopped for the cut must go on all the same (they once
-    # stayed stopped, and the round stalled with 354 events undelivered). Seen failing
-    # with the clean-up as it was (its ConnectionError came before SIGCONT).
+    # undoes its cut: the workers stopped for the cut must go on all the same, else the
+    # round stalls with events undelivered. Fails with a clean-up whose ConnectionError
+    # comes before SIGCONT.
     scripts = str(ROOT / "scripts")
     done = subprocess.run(
         [sys.executable, "-c", RESTORE, scripts],

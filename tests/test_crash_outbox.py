@@ -6,8 +6,8 @@ test hook right after Redis acknowledged an event, before its row is removed), w
 writer commits and rolls back outbox transactions. Every committed row must become
 exactly one event and be received; no rolled-back row may.
 
-Seen failing: with the connector's Idempotency-Key removed, a 2,000-row round reported
-100 duplicate events (rows published again after a connector died in that window).
+Fails with the connector's Idempotency-Key removed: the round reports duplicate events
+(rows published again after a connector died in that window).
 """
 
 from __future__ import annotations

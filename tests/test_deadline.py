@@ -64,7 +64,7 @@ def send(session: Any, url: str, deadline: sender.Deadline) -> Any:
 
 
 async def test_a_request_past_its_deadline_is_a_timeout(server: str, session: Any) -> None:
-    """Seen failing with the watcher's cancel removed (the answer came after 1 s: 200).
+    """Fails with the watcher's cancel removed (the answer comes after 1 s: 200).
     Cut by the watcher, not sooner than its time (no upper bound on the clock: the 200
     that comes after 1 s would show a cancel that never came)."""
     inflight = InFlight(4, request_timeout=0.2)
@@ -84,7 +84,7 @@ async def test_a_request_past_its_deadline_is_a_timeout(server: str, session: An
 
 
 async def test_a_request_inside_its_deadline_is_answered(server: str, session: Any) -> None:
-    """Seen failing with the deadline armed without its seconds."""
+    """Fails with the deadline armed without its seconds."""
     inflight = InFlight(4, request_timeout=2.0)
     f = inflight.add(SK, Claimed("dlv_1", "tok_1", 1, 3, "evt_1", "ep_1", b"{}"), None)
     watcher = asyncio.create_task(watch_slow(inflight, tick=0.01))
@@ -99,7 +99,7 @@ async def test_a_request_inside_its_deadline_is_answered(server: str, session: A
 
 async def test_a_shutdown_is_not_swallowed_by_a_deadline(server: str, session: Any) -> None:
     """A task cancelled by the watcher and by a shutdown at once is cancelled: the send
-    must not answer timeout and carry on (seen failing with ``uncancel() > 0`` left out)."""
+    must not answer timeout and carry on (fails with ``uncancel() > 0`` left out)."""
     deadline = sender.Deadline(0.05)
     task = asyncio.create_task(send(session, server + "?sleep=1", deadline))
     await asyncio.sleep(0.2)
@@ -111,8 +111,8 @@ async def test_a_shutdown_is_not_swallowed_by_a_deadline(server: str, session: A
 
 
 async def test_a_cancel_without_a_deadline_passed_is_a_cancel(server: str, session: Any) -> None:
-    """Seen failing with the ``deadline.hit`` check left out (a shutdown's cancel answered
-    as a timeout)."""
+    """Fails with the ``deadline.hit`` check left out (a shutdown's cancel answers as a
+    timeout)."""
     deadline = sender.Deadline(60.0)
     task = asyncio.create_task(send(session, server + "?sleep=1", deadline))
     await asyncio.sleep(0.1)
@@ -123,7 +123,7 @@ async def test_a_cancel_without_a_deadline_passed_is_a_cancel(server: str, sessi
 
 
 def test_a_deadline_is_overdue_once() -> None:
-    """Seen failing with the ``hit`` check left out of ``overdue``."""
+    """Fails with the ``hit`` check left out of ``overdue``."""
     deadline = sender.Deadline()
     assert not deadline.overdue(time.monotonic())  # no request under way
     deadline.at = 10.0

@@ -135,7 +135,7 @@ def test_k8s_validators_reject_broken_documents() -> None:
         _validate_k8s(unknown, K8S_VERSIONS[-1])
 
 
-# Not applied by `kubectl apply -k deploy/k8s`, on purpose (issue 18): the Secret is
+# Not applied by `kubectl apply -k deploy/k8s`, on purpose: the Secret is
 # created once by hand (applying a placeholder would overwrite it), the Ingress is an
 # example to copy. Everything else at the top level is applied.
 NOT_APPLIED = {"secret.yaml", "ingress.example.yaml"}

@@ -1,4 +1,4 @@
-"""What ``kubectl apply -k deploy/k8s`` applies (issue 18), rendered offline.
+"""What ``kubectl apply -k deploy/k8s`` applies, rendered offline.
 
 A small resolver of the kustomization in Python (always runs), compared with
 ``kubectl kustomize`` when kubectl is installed.
@@ -57,8 +57,8 @@ def _render_kustomization(folder: Path, docs: list[dict[str, Any]] | None = None
 def test_apply_k_never_overwrites_the_token_secret(tmp_path: Path, with_keda: bool) -> None:
     """`kubectl create secret ... relay-api-tokens` then `kubectl apply -k deploy/k8s`:
     the apply holds no Secret, so the real tokens survive it, and the api still reads
-    them from the Secret of that name. Seen failing before: the render held
-    Secret/relay-api-tokens with RELAY_API_TOKENS "" (secret.yaml was a resource)."""
+    them from the Secret of that name. Fails with secret.yaml a resource: the render
+    holds Secret/relay-api-tokens with RELAY_API_TOKENS ""."""
     overlay: dict[str, Any] = {"resources": [os.path.relpath(K8S, tmp_path)]}
     if with_keda:
         overlay["components"] = [os.path.relpath(K8S / "keda", tmp_path)]
@@ -81,7 +81,7 @@ def test_apply_k_never_overwrites_the_token_secret(tmp_path: Path, with_keda: bo
 
 
 def test_workers_expose_metrics_and_are_scraped() -> None:
-    """Seen failing before: no RELAY_METRICS_PORT (0: off), no port, no annotations."""
+    """A worker with RELAY_METRICS_PORT (not 0), its port and the scrape annotations."""
     worker = _find("Deployment", "relay-worker")["spec"]["template"]
     (c,) = worker["spec"]["containers"]
     env = {**_config_env(), **{e["name"]: e["value"] for e in c.get("env", [])}}

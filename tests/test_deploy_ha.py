@@ -5,9 +5,9 @@ The script test starts 3 Redis nodes and 3 Sentinels through ``redis-ha.sh`` its
 (``redis-server`` processes on free loopback ports in a temp dir, ``deploy/redis.conf``
 with only bind and dir overridden), SIGKILLs the primary, waits for the Sentinels to
 promote a replica, and starts the killed node again through the script: it must come
-back as a replica of the new primary, not as a second primary. Seen failing with the
-script's Sentinel question removed (every start trusting ``FIRST_PRIMARY``): the
-restarted node came back as a primary beside the promoted one.
+back as a replica of the new primary, not as a second primary. Fails with the script's
+Sentinel question removed (every start trusting ``FIRST_PRIMARY``): the restarted node
+comes back as a primary beside the promoted one.
 """
 
 from __future__ import annotations

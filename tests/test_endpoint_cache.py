@@ -47,8 +47,8 @@ async def test_cache_hits_and_own_writes_are_seen_at_once(make_store, make_api) 
 
 
 async def test_another_replicas_write_invalidates(make_store, make_api) -> None:
-    """Seen failing: with the PUBLISH removed from endpoint_put.lua, replica B keeps
-    serving its cached list and the new endpoint never gets the event."""
+    """Fails with the PUBLISH removed from endpoint_put.lua: replica B keeps serving its
+    cached list and the new endpoint never gets the event."""
     store_a: Store = await make_store()
     store_b: Store = await make_store()  # same prefix, its own connection: another replica
     api_a, api_b = await make_api(store_a), await make_api(store_b)
@@ -78,8 +78,8 @@ def _cache(api: Any) -> EndpointCache:
 
 
 async def test_by_ids_serves_from_the_cache_and_drops_it_on_any_change(make_store) -> None:
-    """Seen failing: with ``_by_id.clear()`` left out of ``invalidate``, the id keeps
-    reading its old URL after another replica's change, and a deleted one is served."""
+    """Fails with ``_by_id.clear()`` left out of ``invalidate``: the id keeps reading its
+    old URL after another replica's change, and a deleted one is served."""
     store: Store = await make_store()
     other: Store = await make_store()  # another replica (the API) writes
     cache = EndpointCache(store)

@@ -25,8 +25,8 @@ async def _endpoint(store: Store) -> dict[str, Any]:
 async def test_a_write_between_read_and_write_is_not_lost(store: Store, redis_server) -> None:
     """Someone else's change lands between our read and our write: both survive.
 
-    Seen failing: with the expected value dropped from ``update_endpoint``'s script call
-    (unconditional write, the old read-modify-write), ``rate_limit`` comes back None.
+    Fails with the expected value dropped from ``update_endpoint``'s script call (an
+    unconditional read-modify-write): ``rate_limit`` comes back None.
     """
     ep = await _endpoint(store)
     other = redis.Redis.from_url(redis_server.url, decode_responses=True)

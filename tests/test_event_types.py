@@ -165,8 +165,8 @@ async def test_strict_mode_refuses_unknown_types_and_subscriptions(
 async def test_validators_are_cached_and_another_replicas_write_invalidates(
     make_store: Any, make_api: Any
 ) -> None:
-    """Seen failing: with ``endpoint_cache.listeners.append(self.invalidate)`` removed
-    from EventTypeCache, replica B keeps its cached "no such type" and accepts the bad
+    """Fails with ``endpoint_cache.listeners.append(self.invalidate)`` removed from
+    EventTypeCache: replica B keeps its cached "no such type" and accepts the bad
     payload until the 30 s backstop (the wait below gives up at 10 s)."""
     store_a: Store = await make_store()
     store_b: Store = await make_store()  # same prefix, its own connection: another replica
@@ -197,8 +197,8 @@ async def test_validators_are_cached_and_another_replicas_write_invalidates(
 async def test_own_write_is_seen_by_the_next_lookup(make_store: Any) -> None:
     """An entry filled before this process's own write is not served after it, even if
     the change message has not arrived (here it never does: the subscription is faked).
-    Seen failing: without the epoch check in EventTypeCache.lookup, the second lookup
-    returns the cached None."""
+    Fails without the epoch check in EventTypeCache.lookup: the second lookup returns the
+    cached None."""
     store: Store = await make_store()
 
     class Subscribed:
@@ -246,7 +246,7 @@ def test_strict_mode_is_read_from_the_environment() -> None:
 async def test_a_retry_of_an_accepted_publish_gets_its_first_answer_after_the_schema_changed(
     make_store: Any, make_api: Any
 ) -> None:
-    """Seen failing: without Publisher._first_answer the retry is 422 payload_invalid."""
+    """Fails without Publisher._first_answer: the retry is 422 payload_invalid."""
     store = await make_store()
     api = await make_api(store)
     await call(api, "POST", "/v1/event-types", 201, json={"name": "order.paid", "schema": ORDER})

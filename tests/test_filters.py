@@ -1,4 +1,4 @@
-"""Payload filters (issue 16, point 2): CEL per endpoint, checked at write, run at publish."""
+"""Payload filters: CEL per endpoint, checked at write, run at publish."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ async def settled(commit: GroupCommit) -> None:
 
 
 async def test_items_on_their_way_are_written_together() -> None:
-    """Seen failing without the linger (the first item written alone, then the rest)."""
+    """Fails without the linger (the first item is written alone, then the rest)."""
     writes, out = Writes(), {"left": 3}
     commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: out["left"] > 0)
     commit.start()
@@ -75,8 +75,8 @@ async def test_nothing_on_its_way_writes_at_once() -> None:
 
 
 async def test_the_last_answer_ends_the_wait() -> None:
-    """Seen failing (timed out) with submit_then not ending a wait that ``more`` no
-    longer justifies."""
+    """Fails (times out) with submit_then not ending a wait that ``more`` does not
+    justify any more."""
     writes, out = Writes(), {"left": 2}
     commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: out["left"] > 0)
     commit.start()
@@ -92,7 +92,7 @@ async def test_the_last_answer_ends_the_wait() -> None:
 
 
 async def test_an_item_that_may_not_wait_ends_the_wait() -> None:
-    """Seen failing (timed out) with ``hurry`` ignored."""
+    """Fails (times out) with ``hurry`` ignored."""
     writes = Writes()
     commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: True)
     commit.start()
@@ -109,7 +109,7 @@ async def test_an_item_that_may_not_wait_ends_the_wait() -> None:
 
 
 async def test_a_full_batch_goes_without_waiting() -> None:
-    """Seen failing (timed out) with the batch's size left out of ``_lingers``."""
+    """Fails (times out) with the batch's size left out of ``_lingers``."""
     writes = Writes()
     commit = GroupCommit(writes, "t", max_batch=3, linger=HOUR, more=lambda: True)
     commit.start()
@@ -122,7 +122,7 @@ async def test_a_full_batch_goes_without_waiting() -> None:
 
 async def test_the_linger_ends_when_answers_stop_coming() -> None:
     """``more`` says yes for ever (a send hanging to its timeout): the write goes after
-    the linger, with what came. Seen failing (timed out) with no timeout on the wait."""
+    the linger, with what came. Fails (times out) with no timeout on the wait."""
     writes = Writes()
     commit = GroupCommit(writes, "t", linger=0.05, more=lambda: True)
     commit.start()
@@ -135,8 +135,8 @@ async def test_the_linger_ends_when_answers_stop_coming() -> None:
 
 async def test_the_last_answer_ends_every_keys_wait() -> None:
     """The last answer on its way was another key's: a key that has waited gets no
-    submit of its own to end its wait. Seen failing (timed out) with only the submitted
-    key's wait ended."""
+    submit of its own to end its wait. Fails (times out) with only the submitted key's
+    wait ended."""
     writes, out = Writes(), {"left": 2}
     commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: out["left"] > 0)
     commit.start()
@@ -152,7 +152,7 @@ async def test_the_last_answer_ends_every_keys_wait() -> None:
 
 async def test_keys_linger_apart() -> None:
     """One key's wait holds back no other key's write: "fast" goes at once (hurried)
-    while "slow" still waits for more. Seen failing (timed out) with ``hurry`` ignored."""
+    while "slow" still waits for more. Fails (times out) with ``hurry`` ignored."""
     writes = Writes()
     commit = GroupCommit(writes, "t", linger=HOUR, more=lambda: True)
     commit.start()
@@ -190,7 +190,7 @@ async def test_the_worker_writes_a_capped_endpoints_verdict_at_once(
 ) -> None:
     """An endpoint with max_in_flight gets its slots back from its settle: its verdict
     does not wait for the other sends' answers, while an uncapped one's does (both with
-    another send still open). Seen failing with the worker not passing ``hurry``."""
+    another send still open). Fails with the worker not passing ``hurry``."""
     worker = Worker(fake_store, fake_store.settings)
     settles = Writes(Settled("closed", 0, 0, 0, 0))
     worker._settler = GroupCommit(settles, "t", linger=HOUR, more=worker._inflight.answering)

@@ -1,6 +1,5 @@
-"""Issue 11 ("Hardening"), the API's side: every answer below used to be a 500, a silent
-change of the data, or a leak; each test was run against the code before the fix (a
-``git worktree`` of the previous commit) and failed there, as its docstring says.
+"""Hardening, the API's side: without the guard each test proves, its answer is a 500, a
+silent change of the data, or a leak; each docstring says which.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from relay.redisproc import RedisServer, free_port
 pytestmark = pytest.mark.realredis
 
 TOKEN = "tok-Sup3rSecret-4711"
-HEADER_MASK = "••••••"  # relay.domain.schema.HEADER_MASK (spelt out: the test ran on old code)
+HEADER_MASK = "••••••"  # relay.domain.schema.HEADER_MASK, spelt out
 
 
 @pytest.fixture
@@ -48,7 +47,7 @@ def nested(levels: int) -> Any:
 
 @pytest.mark.parametrize("levels", [254, 300, 1000])
 async def test_deep_payload_is_422_not_500(env: tuple[Store, Any], levels: int) -> None:
-    """Before: 500 (orjson parses 1,024 levels, serializes 254)."""
+    """Unguarded: 500 (orjson parses 1,024 levels, serializes 254)."""
     store, api = env
     before = await snapshot(store)
     raw = b'{"type": "t", "payload": ' + b"[" * levels + b"1" + b"]" * levels + b"}"
@@ -70,7 +69,7 @@ async def test_payload_within_the_depth_limit_is_accepted(env: tuple[Store, Any]
     "number", [b"123456789012345678901234567890", b"-9223372036854775809", b"18446744073709551616"]
 )
 async def test_integer_beyond_64_bits_is_refused(env: tuple[Store, Any], number: bytes) -> None:
-    """Before: 201, and delivered as 1.2345678901234568e+29."""
+    """Unguarded: 201, and delivered as 1.2345678901234568e+29."""
     store, api = env
     before = await snapshot(store)
     raw = b'{"type": "t", "payload": {"n": ' + number + b"}}"
@@ -103,7 +102,7 @@ async def test_64_bit_integers_and_big_floats_stay_exact(env: tuple[Store, Any])
 
 
 async def test_body_claiming_gzip_that_is_not_is_400(env: tuple[Store, Any]) -> None:
-    """Before: 500."""
+    """Unguarded: 500."""
     store, api = env
     before = await snapshot(store)
     headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
@@ -119,7 +118,7 @@ async def test_body_claiming_gzip_that_is_not_is_400(env: tuple[Store, Any]) -> 
 
 
 async def test_rotation_is_rate_limited(env: tuple[Store, Any]) -> None:
-    """Before: every rotation 200 (250 in a second grew the endpoint to 20 KB)."""
+    """Unguarded: every rotation 200 (a burst of them grows the endpoint record)."""
     _, api = env
     ep = await new_endpoint(api)
     status, _ = await call(api, "POST", f"/v1/endpoints/{ep['id']}/rotate-secret")
@@ -133,7 +132,7 @@ async def test_rotation_is_rate_limited(env: tuple[Store, Any]) -> None:
 async def test_rotation_keeps_a_bounded_number_of_previous_secrets(
     env: tuple[Store, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before: every old secret kept (and signing) for 24 h, however many rotations."""
+    """Unguarded: every old secret kept (and signing) for 24 h, however many rotations."""
     store, api = env
     monkeypatch.setattr(relay.endpoints.lifecycle, "ROTATION_INTERVAL_MS", 0, raising=False)
     ep = await new_endpoint(api)
@@ -152,7 +151,7 @@ async def test_rotation_keeps_a_bounded_number_of_previous_secrets(
 
 @pytest.mark.parametrize("rate", [1e-17, 0.001, 0, -1, 1e9])
 async def test_rate_limit_out_of_bounds_is_422(env: tuple[Store, Any], rate: float) -> None:
-    """Before: 1e-17 and 0.001 were stored (admit.lua then failed, and the worker sent
+    """Unguarded: 1e-17 and 0.001 are stored (admit.lua then fails, and the worker sends
     without any limit)."""
     store, api = env
     before = await snapshot(store)
@@ -165,7 +164,7 @@ async def test_rate_limit_out_of_bounds_is_422(env: tuple[Store, Any], rate: flo
 
 
 async def test_405_says_allow(env: tuple[Store, Any]) -> None:
-    """Before: no Allow header."""
+    """Unguarded: no Allow header."""
     _, api = env
     async with api("PUT", "/v1/events") as r:
         assert_error(r.status, await r.json(), 405, "method_not_allowed")
@@ -184,7 +183,7 @@ async def test_405_says_allow(env: tuple[Store, Any]) -> None:
     ],
 )
 async def test_types_are_strict(env: tuple[Store, Any], field: dict[str, Any]) -> None:
-    """Before: "no", 0 and "false" were taken as booleans, "3" as a number."""
+    """Unguarded: "no", 0 and "false" are taken as booleans, "3" as a number."""
     store, api = env
     before = await snapshot(store)
     body = {"url": "http://127.0.0.1:9/h", **field}
@@ -200,8 +199,8 @@ async def test_types_are_strict(env: tuple[Store, Any], field: dict[str, Any]) -
 async def test_recover_since_must_be_a_number_and_its_body_is_optional(
     env: tuple[Store, Any],
 ) -> None:
-    """Before: "since": "123" was taken as a time; the document said the body was required
-    while a missing body was accepted."""
+    """Unguarded: "since": "123" is taken as a time; and the body is optional, as the
+    document says."""
     _, api = env
     ep = await new_endpoint(api)
     path = f"/v1/endpoints/{ep['id']}/recover"
@@ -226,7 +225,7 @@ async def test_recover_since_must_be_a_number_and_its_body_is_optional(
 async def test_urls_with_spaces_or_control_characters_are_refused(
     env: tuple[Store, Any], url: str
 ) -> None:
-    """Before: stored as given."""
+    """Unguarded: stored as given."""
     store, api = env
     before = await snapshot(store)
     body = {"url": url}
@@ -239,8 +238,8 @@ async def test_urls_with_spaces_or_control_characters_are_refused(
 
 
 async def test_custom_header_values_are_masked_on_reads(env: tuple[Store, Any]) -> None:
-    """Before: endpoint reads showed the values (receiver credentials) in clear, and
-    GET /v1/endpoints/{id}/headers did not exist."""
+    """Endpoint reads mask the values (receiver credentials); GET
+    /v1/endpoints/{id}/headers shows them."""
     _, api = env
     headers = {"Authorization": "Bearer receiver-credential", "X-Team": "payments"}
     ep = await new_endpoint(api, headers=headers)
@@ -291,7 +290,7 @@ async def test_the_token_never_reaches_a_log_and_the_answer_is_json(
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Before: aiohttp logged the raw header line (token included) and answered text/plain."""
+    """Unguarded: aiohttp logs the raw header line (token included) and answers text/plain."""
     _, api = env
     caplog.set_level(logging.DEBUG)
     request = b"GET /v1/stats HTTP/1.1\r\nHost: 127.0.0.1\r\n" + header + b"\r\n\r\n"
@@ -340,8 +339,8 @@ WRITES = [
 
 
 async def test_read_only_redis_is_503_and_not_ready(own_redis: Any) -> None:
-    """After REPLICAOF (a failover's demoted primary): before, publish and endpoint writes
-    answered 500 and /readyz said ready."""
+    """After REPLICAOF (a failover's demoted primary): publish and endpoint writes answer
+    503, and /readyz says not ready (unguarded: 500, and ready)."""
     server, _, api = own_redis
     ep = await new_endpoint(api)
     admin = redis.Redis(port=server.port)
@@ -362,7 +361,7 @@ async def test_read_only_redis_is_503_and_not_ready(own_redis: Any) -> None:
 
 
 async def test_busy_redis_is_503_and_not_ready(own_redis: Any) -> None:
-    """A script running past busy-reply-threshold: before, every route answered 500."""
+    """A script running past busy-reply-threshold: 503 (unguarded: every route 500)."""
     server, _, api = own_redis
     admin = redis.Redis(port=server.port)
     admin.config_set("busy-reply-threshold", 50)

@@ -1,4 +1,4 @@
-"""Issue 11 ("Hardening"), the worker's and the queue's side: Redis failure classes, the
+"""Hardening, the worker's and the queue's side: Redis failure classes, the
 time-based retry of outcome writes, admission that fails closed, the rate clamp in
 admit.lua, and JSON logs whose tracebacks are one structured field. The real-parts
 proof of guarantee 2 through a Redis stall is ``tests/test_redis_stall.py``.
@@ -50,8 +50,8 @@ REFUSALS = [
 
 @pytest.mark.parametrize("exc", REFUSALS, ids=lambda e: type(e).__name__ + ":" + str(e)[:12])
 def test_redis_refusals_are_transient_and_unavailable(exc: Exception) -> None:
-    """Before: redis-py's TimeoutError, READONLY, BUSY, MISCONF, MASTERDOWN were neither
-    retried by the worker nor answered 503 by the API (a 500; the outcome dropped)."""
+    """redis-py's TimeoutError, READONLY, BUSY, MISCONF, MASTERDOWN are retried by the
+    worker and answered 503 by the API (unguarded: a 500, and the outcome dropped)."""
     assert is_transient(exc)
     assert is_unavailable(exc)
 
@@ -87,7 +87,7 @@ async def test_a_write_is_retried_until_its_deadline_then_raised() -> None:
 
 async def test_a_failed_write_nobody_waits_for_is_logged() -> None:
     """A settle that fails (its result never awaited) is logged as write.failed, once, and
-    leaves nothing behind (no future: before, one whose exception nobody retrieved)."""
+    leaves nothing behind (no future whose exception nobody retrieves)."""
 
     async def broken(key: Any, items: list[Any]) -> list[Any]:
         raise ValueError("not transient")
@@ -105,10 +105,10 @@ async def test_a_key_whose_write_is_retried_holds_back_only_its_own_items() -> N
     """Shard 0's outcome write stuck retrying (its slot moving, its node failing over)
     must not stop shard 1's from being written, or every send of the worker stays
     tracked and it stops claiming from every shard. Each key's items are still written
-    in order, one write at a time. Seen failing with the keys written one after the
-    other (shard 1's write waited for shard 0's, the wait below timed out), which made
-    test_slot_moved_while_deliveries_flow time out in CI; and with a writer started for
-    every key with items, busy or not (s0's item 3 written beside its first write)."""
+    in order, one write at a time. Fails with the keys written one after the other
+    (shard 1's write waits for shard 0's, the wait below times out), and with a writer
+    started for every key with items, busy or not (s0's item 3 written beside its first
+    write)."""
     gate = asyncio.Event()
     writes: list[tuple[str, list[int]]] = []
     running: dict[str, int] = {"s0": 0, "s1": 0}
@@ -162,8 +162,8 @@ class _BrokenHealth:
 
 
 async def test_admission_that_fails_defers_instead_of_sending() -> None:
-    """Before: a failing admit.lua (e.g. a rate_limit of 1e-17) let every send go, with
-    neither the rate limit nor max_in_flight applied (fail open)."""
+    """A failing admit.lua (e.g. a rate_limit of 1e-17) defers the sends (unguarded:
+    every send goes, with neither the rate limit nor max_in_flight applied)."""
     spawned: list[Claimed] = []
     recorder = _Recorder()
     admission = Admission(
@@ -197,8 +197,8 @@ async def test_admit_lua_clamps_a_tiny_rate(store: Store) -> None:
 
 
 def test_json_logs_hold_a_traceback_as_one_structured_field() -> None:
-    """Before: structlog's traceback was a multi-line string, and the standard library's
-    loggers (aiohttp, asyncio) wrote plain text lines into the JSON stream."""
+    """Unguarded: structlog's traceback is a multi-line string, and the standard library's
+    loggers (aiohttp, asyncio) write plain text lines into the JSON stream."""
     code = """
 import logging, structlog
 from relay import logs

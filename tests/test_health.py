@@ -55,7 +55,7 @@ async def test_half_open_lets_exactly_one_probe_through_concurrent_admits(
     """Thirty callers (separate connections) admit three sends each as the cooldown ends.
 
     Exactly one of the ninety tokens may go. Protection: admit.lua's ``probe_until``
-    check. Seen failing: with that check removed, 30 tokens were told to send.
+    check; without it, 30 tokens are told to send.
     """
     stores = [await make_store() for _ in range(30)]
     ep = await add_endpoint(stores[0], "http://127.0.0.1:9/")
@@ -112,9 +112,9 @@ async def test_neutral_results_do_not_count_and_free_the_probe(make_store: Any) 
 async def test_refailing_after_reenable_starts_a_new_failing_streak(make_store: Any) -> None:
     """An operator re-enables an endpoint that still fails: it can be disabled again.
 
-    Seen failing: settle.lua set ``failing_since`` only when the failure count was 1, and
-    re-enabling clears ``failing_since`` but not the count, so the endpoint was never
-    auto-disabled again (failing_since stayed 0).
+    Fails with settle.lua setting ``failing_since`` only when the failure count is 1:
+    re-enabling clears ``failing_since`` but not the count, so the endpoint is never
+    auto-disabled again (failing_since stays 0).
     """
     store = await make_store()
     health = Health(store)
@@ -147,9 +147,8 @@ async def test_hung_requests_timing_out_after_the_successes_do_not_open_the_brea
     """1% of a receiver's requests hang past the timeout: their timeouts land together,
     after the successes sent beside them, and read as consecutive failures.
 
-    Seen failing before settle.lua looked at when a failed request was sent: the five
-    timeouts opened the breaker (threshold 5) and their retries waited out its 30 s
-    cooldown (make bench's ``slow`` step: 0 deliveries a second for 30 s)."""
+    Fails with settle.lua ignoring when a failed request was sent: the five timeouts
+    open the breaker (threshold 5) and their retries wait out its 30 s cooldown."""
     store = await make_store(breaker_threshold=5, http_timeout=0.5, retry_schedule=(0.05,))
     arrived = itertools.count()
 
@@ -289,8 +288,8 @@ async def test_reenable_racing_a_hold_does_not_strand_the_delivery(
     """The endpoint is re-enabled (and held deliveries resumed) after a worker saw it
     disabled but before its hold ran: the delivery must not stay parked.
 
-    Seen failing (without the re-check in ``Lifecycle.hold``): the delivery stayed in the
-    held set, pending, and was never sent.
+    Fails without the re-check in ``Lifecycle.hold``: the delivery stays in the held set,
+    pending, and is never sent.
     """
     store = await make_store()
     ep = await add_endpoint(store, receiver.url + "/back", enabled=False)
@@ -319,7 +318,7 @@ async def test_shutdown_frees_the_endpoint_slots_of_handed_back_sends(
 ) -> None:
     """Sends handed back at shutdown free their max_in_flight slots at once.
 
-    Seen failing: without the neutral settle in ``Leases.hand_back``, both slots stay
+    Fails without the neutral settle in ``Leases.hand_back``: both slots stay
     in the endpoint's in-flight set until they expire (timeout + 2 s), holding other
     workers off the endpoint.
     """

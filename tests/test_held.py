@@ -5,12 +5,9 @@ status ``held``, out of the due queue, in the endpoint's held set (which ``resum
 reads when the endpoint is enabled again) and in the shard's held index (which lists and
 counts them).
 
-Seen failing on the code before held was a status (this file run against a
-``git worktree`` of that commit): the wait for status ``held`` ran out (it stayed
-``pending``), and a probe that waited for the ``held`` field instead found status
-``pending``, ``list_deliveries(status="held")`` raising KeyError, the delivery missing
-from ``status="pending"`` but listed by ``status="pending", endpoint_id=...``, and no
-``held`` in ``stats()["counts"]``.
+Each of these is asserted: status ``held`` (not ``pending``), ``list_deliveries(status=
+"held")`` listing it, the delivery in no ``status="pending"`` list, and ``held`` in
+``stats()["counts"]``.
 """
 
 from __future__ import annotations
@@ -124,7 +121,7 @@ async def test_a_held_delivery_is_listed_counted_and_resumed(
         async with api("GET", "/metrics") as r:
             assert "relay_queue_held 1.0" in (await r.text()).splitlines()
 
-        # Kept as before: replay refuses it, retention never expires it.
+        # Still held: replay refuses it, retention never expires it.
         assert await store.replay([d]) == {d: "held"}
         await Retention(store).expire(succeeded_before=FAR, dead_before=FAR)
         assert await status_of(store, d) == "held"

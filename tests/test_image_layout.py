@@ -1,4 +1,4 @@
-"""The container image's layout, built and run without a Docker engine (issue 18).
+"""The container image's layout, built and run without a Docker engine.
 
 No Docker daemon runs on this machine, and podman/buildah are not installed (rootless
 containers do not work in this sandbox), so the image itself is not built here. This

@@ -99,9 +99,9 @@ async def stop_writers(worker: Worker) -> None:
 async def test_an_answered_send_frees_its_slot_and_is_tracked_until_both_writes_end(
     fake_store: Store, first: str
 ) -> None:
-    """Seen failing with ``InFlight.answered`` not counting the send as writing (its
-    slot stays taken: free() is one short) and with ``done`` not discounting it (the
-    next send finds one slot fewer)."""
+    """Fails with ``InFlight.answered`` not counting the send as writing (its slot stays
+    taken: free() is one short) and with ``done`` not discounting it (the next send
+    finds one slot fewer)."""
     worker, record, settle = worker_with_gates(fake_store, 1)
     window = worker._windows.window("ep_1")
     concurrency = worker.settings.worker_concurrency

@@ -11,10 +11,10 @@
   each, ``COMMAND GETKEYS`` names its keys, and every key (and pub/sub channel) must be
   one a keys.py builder makes; every builder and every script must have been used.
 
-Seen failing (each tried once on a copy of the tree): with ``"dlv:"`` put back into
-claim.lua (``dlv_prefix .. "dlv:" .. id``) the static test names the literal and the
-HMGET/HINCRBY/HSET keys that no longer come from KEYS/ARGV, and the dynamic one the key
-``...:{s0}:dlv:dlv:dlv_...`` that the script's HMGET touched; with hold's held index
+What each catches, on a copy of the tree: with ``"dlv:"`` put into claim.lua
+(``dlv_prefix .. "dlv:" .. id``) the static test names the literal and the
+HMGET/HINCRBY/HSET keys that do not come from KEYS/ARGV, and the dynamic one the key
+``...:{s0}:dlv:dlv:dlv_...`` that the script's HMGET touches; with hold's held index
 swapped for ``sk.base + "parked"`` the dynamic test names ``...:{s0}:parked``; with the
 docs' ``wake`` row dropped, or keys.py's ``held`` row, the table tests name it; with
 a second ``scripts.claim`` call in relay/queue/base.py the one-caller test names both.
@@ -395,7 +395,7 @@ async def lifecycle(store: Store) -> None:
     back, dead, _ = await store.reclaim(sk)
     assert back + dead == 4
     assert await store.replay([a.id, b.id, c.id]) == {a.id: "ok", b.id: "ok", c.id: "pending"}
-    # reconciliation replay jobs (issue 16): the job record and the index walk
+    # reconciliation replay jobs: the job record and the index walk
     assert (await store.replay_job("create", "rpl_k", fields={"params": "{}"})).ok
     assert (await store.replay_job("lease", "rpl_k", owner="o", lease_ms=5000)).ok
     saved = await store.replay_job("save", "rpl_k", owner="o", lease_ms=5000, fields={"m": 1})
@@ -436,9 +436,9 @@ async def lifecycle(store: Store) -> None:
     await store.breaker_states([shop["id"]])
     await store.reset_failing(shop["id"])
     assert await store.ping()
-    await store.check_writable()  # /readyz (issue 11)
+    await store.check_writable()  # /readyz
 
-    # API keys and portal sessions (issue 13)
+    # API keys and portal sessions
     assert await store.create_api_key(
         key_id="key_k", app="shop", scopes=["read"], name="n", token_hash="h1"
     )
@@ -464,7 +464,7 @@ async def lifecycle(store: Store) -> None:
     swept = await store.expire_shard(sk, succeeded_before=10**15, dead_before=10**15, limit=100)
     assert swept.deliveries == 6 and swept.events == 1  # the event went with its last one
 
-    # an ordered lane (issue 14): one lane for the endpoint (its id: no ":"), blocking
+    # an ordered lane: one lane for the endpoint (its id: no ":"), blocking
     now = int(time.time() * 1000)
     lane_event = ids.new_id("evt", 0, now)
     lane_ids = [ids.new_id("dlv", 0, now) for _ in range(3)]
@@ -495,7 +495,7 @@ async def lifecycle(store: Store) -> None:
     head = (await store.claim(sk, limit=10, lease_ms=60_000, token_prefix="k7", worker="w")).items
     assert [x.id for x in head] == lane_ids[1:2]
     assert await store.record(sk, [outcome(head[0], "succeeded")]) == [1]
-    # operational events (issue 13): the dead letters above were tallied; cut, drain
+    # operational events: the dead letters above were tallied; cut, drain
     assert await store.ops_cut(sk, 0) >= 1
     entries = await store.ops_peek(sk.ops, 10)
     assert entries and all('"delivery.dead"' in e for e in entries)
@@ -504,7 +504,7 @@ async def lifecycle(store: Store) -> None:
     assert await store.delete_endpoint(other)  # endpoint_delete
     await store.delete_endpoint_state(shop["id"])
 
-    # the event type catalog (issue 16)
+    # the event type catalog
     paid = {"name": "order.paid", "description": "", "schema": None, "deprecated": False}
     assert await store.put_event_type(paid)  # event_type_put, create
     raw = await store.get_event_type_raw("order.paid")

@@ -36,7 +36,7 @@ REQUIRED = {
     "relay_queue_processing",
     "relay_dead_letters",
     "relay_reclaimed",
-    # issue 5
+    # per attempt, per endpoint, per claim
     "relay_attempts",
     "relay_endpoint_breaker_state",
     "relay_claim_batch_size",
@@ -219,7 +219,7 @@ def test_the_tallies_expose_what_prometheus_client_would() -> None:
     """``metrics.Attempts`` (plain tallies, collected at scrape time) writes the exposition
     prometheus-client's own Counter and Histogram write for the same sends, their
     ``_created`` times aside: bucket edges (a duration on a bound counts in that bound's
-    bucket), the +Inf bucket, any status's class (seen failing with ``bisect_right``)."""
+    bucket), the +Inf bucket, any status's class (fails with ``bisect_right``)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
     tally = metrics.Attempts()

@@ -1,13 +1,13 @@
-"""Issue 17: ``relay migrate`` moves a Redis populated by key layout v1 or v2 to v3 with no loss.
+"""``relay migrate`` moves a Redis populated by key layout v1 or v2 to v3 with no loss.
 
 ``tests/data/layout_v1.json`` and ``layout_v2.json`` were written by that layout's code
 itself (scripts/layout_fixture.py, run from a checkout of its last commit): every key it
 left, and what it answered for every event and delivery. Each is loaded into this
 session's real ``redis-server`` under a fresh prefix, migrated, then read, delivered and
-swept by today's code. Seen failing before ``relay migrate`` existed: the v2 code found
-none of v1's (every get_event None), and with the event hashes copied as they were,
-claim.lua failed on WRONGTYPE; with v2's event strings copied as they were, v3's
-claim.lua found no ``max_attempts`` in their headers for the pending deliveries.
+swept by this code. Without the migration the v3 code finds none of v1's events (every
+get_event None); with v1's event hashes copied as they are, claim.lua fails on
+WRONGTYPE; with v2's event strings copied as they are, claim.lua finds no
+``max_attempts`` in their headers for the pending deliveries.
 """
 
 from __future__ import annotations

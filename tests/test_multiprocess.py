@@ -4,12 +4,10 @@ Three ``python -m relay worker`` processes and two in-process Worker tasks share
 real Redis while ~3,000 events (two endpoints each) are published in concurrent
 batches. Every (webhook-id, endpoint) pair must arrive exactly once.
 
-Seen failing: with the ``ZREM`` line deleted from ``claim.lua`` (on a copy of ``lua/``
-that the in-process workers load through ``Scripts(client, lua_dir=copy)``, so the
-shared file was never touched while other helpers ran tests), ``run_fleet(lua_dir=copy)``
-with 300 events received 632 requests for 600 pairs, 32 pairs twice, and the duplicate
-assertion failed; with the real script it passes. To repeat: copy ``lua/``, delete the
-ZREM line of the copy's claim.lua and call ``run_fleet`` with ``lua_dir`` = the copy.
+Fails with the ``ZREM`` line deleted from ``claim.lua``: pairs arrive twice. To see it:
+copy ``lua/``, delete the ZREM line of the copy's claim.lua and call ``run_fleet`` with
+``lua_dir`` = the copy (the in-process workers load it through ``Scripts(client,
+lua_dir=copy)``, so the shared file is never touched).
 """
 
 from __future__ import annotations

@@ -376,7 +376,7 @@ async def test_every_documented_answer_matches(
         await check(method, template, 200, path=f"/v1/endpoints/{ok['id']}/{sub}")
         await check(method, template, 404, path=f"/v1/endpoints/{UNKNOWN_EP}/{sub}")
         await check(method, template, 401, path=f"/v1/endpoints/{ok['id']}/{sub}", session=anon)
-    # a second rotation within the minute (issue 11: rotation is rate-limited)
+    # a second rotation within the minute (rotation is rate-limited)
     rotate = "/v1/endpoints/{id}/rotate-secret"
     await check("POST", rotate, 429, path=f"/v1/endpoints/{ok['id']}/rotate-secret")
 
@@ -422,7 +422,7 @@ async def test_every_documented_answer_matches(
     await check("POST", rep, 404, path=f"/v1/deliveries/{UNKNOWN_DLV}/replay")
     await check("POST", rep, 401, path=f"/v1/deliveries/{dead}/replay", session=anon)
     await check("POST", rep, 202, path=f"/v1/deliveries/{succeeded}/replay")
-    dis = "/v1/deliveries/{id}/discard"  # issue 14: a dead one is marked, anything else 409
+    dis = "/v1/deliveries/{id}/discard"  # a dead one is marked, anything else 409
     await check("POST", dis, 409, path=f"/v1/deliveries/{pending}/discard")
     await check("POST", dis, 404, path=f"/v1/deliveries/{UNKNOWN_DLV}/discard")
     await check("POST", dis, 401, path=f"/v1/deliveries/{dead}/discard", session=anon)
@@ -456,7 +456,7 @@ async def test_every_documented_answer_matches(
     await check("GET", "/v1/ui/endpoint-health", 200)
     await check("GET", "/v1/ui/endpoint-health", 401, session=anon)
 
-    # -- replay jobs (issue 16)
+    # -- replay jobs
     window = {"since": "2026-01-01T00:00:00Z", "until": "2026-12-31T00:00:00Z"}
     await check("POST", "/v1/replays", 200, json={**window, "dry_run": True})
     job = await check("POST", "/v1/replays", 202, json=window)
@@ -476,7 +476,7 @@ async def test_every_documented_answer_matches(
     await check("POST", cancel, 404, path="/v1/replays/rpl_nope/cancel")
     await check("POST", cancel, 401, path=f"/v1/replays/{job['id']}/cancel", session=anon)
 
-    # -- API keys, portal sessions, test events (issue 13)
+    # -- API keys, portal sessions, test events
     keys = "/v1/api-keys"
     made = await check("POST", keys, 201, json={"app": "default", "scopes": ["read"]})
     pub = await check("POST", keys, 201, json={"app": "default", "scopes": ["publish"]})
@@ -633,7 +633,7 @@ async def replication_unconfirmed(
         ("DELETE", "/v1/endpoints/{id}", f"/v1/endpoints/{spare}", {}),
         ("POST", "/v1/endpoints", "/v1/endpoints", {"json": {"url": "http://127.0.0.1:9/x"}}),
         ("POST", "/v1/events", "/v1/events", {"json": event, "headers": {"Idempotency-Key": "u"}}),
-        # the event type catalog (issue 16): event_type_answers left "spare.type" behind
+        # the event type catalog: event_type_answers left "spare.type" behind
         ("POST", "/v1/event-types", "/v1/event-types", {"json": {"name": "another.type"}}),
         ("PATCH", "/v1/event-types/{name}", "/v1/event-types/spare.type", {"json": {}}),
         ("DELETE", "/v1/event-types/{name}", "/v1/event-types/spare.type", {}),
@@ -661,7 +661,7 @@ def json_type() -> dict[str, str]:
 
 
 async def event_type_answers(check: Checker, anon: Any, big: bytes, url: str) -> None:
-    """The event type catalog and ed25519 endpoints (issue 16), every answer documented."""
+    """The event type catalog and ed25519 endpoints, every answer documented."""
     schema = {"type": "object", "required": ["amount"]}
     col, one = "/v1/event-types", "/v1/event-types/{name}"
     await check("POST", col, 201, json={"name": "invoice.paid", "schema": schema})

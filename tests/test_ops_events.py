@@ -15,18 +15,16 @@ local receiver, and three endpoints of app ``shop``:
 
 Every request to the ops endpoint verifies with the ``standardwebhooks`` package.
 
-Seen failing (checked by hand on a local edit, then reverted):
+Fails:
 * with the ``endpoint.failing`` append removed from ``settle.lua`` and emitted from Python
-  instead (``Worker._after_settle``: RPUSH to the endpoint's outbox whenever a settle
-  returned ``state == "open"`` with ``failures >= threshold``), X produced several
-  ``endpoint.failing`` events for one opening and the first assertion on X failed;
+  instead (RPUSH to the endpoint's outbox whenever a settle returns ``state == "open"``
+  with ``failures >= threshold``): X produces several ``endpoint.failing`` events for
+  one opening;
 * with the window removed (the relay calling ``ops_cut`` with a window of 0, so a tally
-  is cut whenever a relay ticks), D's summaries came less than a window apart and the
-  "at most one summary per window" assertion failed (2 runs of 2);
-* the relays of several processes taking the same entries is the race that the
-  Idempotency-Key derived from the entry id closes; it is shown failing without the key
-  deterministically in ``tests/test_ops_relay.py`` (here the window is narrower: of three
-  runs without the key, none was seen with a duplicate).
+  is cut whenever a relay ticks): D's summaries come less than a window apart.
+The relays of several processes taking the same entries is the race that the
+Idempotency-Key derived from the entry id closes; ``tests/test_ops_relay.py`` shows it
+deterministically (here the window is too narrow to show it).
 """
 
 from __future__ import annotations

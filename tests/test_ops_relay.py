@@ -3,10 +3,9 @@
 Which writes append an operational event (only transitions do), and that relays racing
 on the same entries publish each once.
 
-Seen failing: with ``idempotency_key=None`` in ``OpsRelay._publish`` (no key derived
-from the entry id), the three relays of
-``test_relays_racing_on_the_same_entries_publish_each_once`` published entries
-more than once (7 events for 3 entries) and the test failed; with the key it passes.
+Fails with ``idempotency_key=None`` in ``OpsRelay._publish`` (no key derived from the
+entry id): the three relays of ``test_relays_racing_on_the_same_entries_publish_each_once``
+publish entries more than once.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ordered delivery (issue 14) on a real Redis: lanes through every transition, then
+"""Ordered delivery on a real Redis: lanes through every transition, then
 several worker processes against a receiver that fails and stalls at random.
 
 * ``test_lane_transitions``: one lane through the scripts, step by step: only the head
@@ -18,9 +18,8 @@ several worker processes against a receiver that fails and stalls at random.
   stats count 4 blocked lanes; then two are discarded and two replayed, and every lane
   completes in order.
 
-Seen failing (in a scratch copy of the tree, ``git archive HEAD`` unpacked elsewhere,
-the protection removed there and the test run there with this ``.venv``'s python, so
-the worker processes ran the changed scripts too): said at each test.
+Each test says the edit that makes it fail (made in a scratch copy of the tree, run with
+this ``.venv``'s python, so the worker processes run the changed scripts too).
 """
 
 from __future__ import annotations
@@ -182,9 +181,9 @@ async def run_ordered(
 async def test_fleet_keeps_every_lane_in_order(
     make_store: Any, redis_server: Any, tmp_path: Path
 ) -> None:
-    """Seen failing: with publish.lua putting every ordered delivery in due (its RPUSH
-    kept, ``head`` left true), lane_problems listed 770 lines, the first "key-0: runs of
-    numbers [0, 1, 2, 3, 1, 4, 1, 7, 6, 9, ...] != publish order [0, 1, 2, ...]"."""
+    """Fails with publish.lua putting every ordered delivery in due (its RPUSH kept,
+    ``head`` left true): lane_problems lists lanes whose runs of numbers are not in
+    publish order."""
     store = await make_store(retry_schedule=SCHEDULE)
     rec = await LaneReceiver().start()
     try:
@@ -226,9 +225,8 @@ async def done(store: Store) -> bool:
 async def test_block_holds_the_lane_until_replay_or_discard(
     make_store: Any, redis_server: Any, tmp_path: Path
 ) -> None:
-    """Seen failing: with record.lua's block branch removed (``if false then``: a dead
-    head always lets the next one go), ``sent_after`` held 74 requests past the dead
-    heads, the first Hit(lane='key-3', n=8, ..., status=200)."""
+    """Fails with record.lua's block branch removed (``if false then``: a dead head
+    always lets the next one go): ``sent_after`` holds requests past the dead heads."""
     store = await make_store(retry_schedule=SCHEDULE)
     rec = await LaneReceiver().start()
     stuck = [f"key-{i}" for i in range(4)]
@@ -297,8 +295,8 @@ async def test_recovered_dead_rejoin_their_lane_in_order(make_store: Any) -> Non
     """``POST /v1/endpoints/{id}/recover`` (``Store.replay_dead``) on a "skip" lane whose
     three deliveries all died: they rejoin the lane in the order they died.
 
-    Seen failing: with replay_dead replaying each page as it walks the dead letters
-    (newest first, as before issue 14), the lane took them back as [c, b, a]."""
+    Fails with replay_dead replaying each page as it walks the dead letters (newest
+    first): the lane takes them back as [c, b, a]."""
     store = await make_store()
     sk = store.keys.shard(0)
     published = await publish_raw(store, "ep_lane", 3, on_dead="skip")

@@ -1,14 +1,13 @@
-"""Ordered delivery (issue 14) on a real 3-master Redis Cluster, RELAY_SHARDS=3.
+"""Ordered delivery on a real 3-master Redis Cluster, RELAY_SHARDS=3.
 
 * ``test_lanes_in_order_on_the_cluster``: three apps whose shards ({s0} {s1} {s2}) are
   on three nodes, a ``key`` endpoint each, 7 keys per app (21 lanes) x 50 events,
   published lane by lane concurrently while 3 ``relay worker`` processes
   (RELAY_REDIS_CLUSTER=1) deliver to the failing, slow receiver of ordering_kit: every
   lane in publish order, never two of a lane in flight, each event's lanes in its app's
-  shard. Seen failing: in a scratch copy whose ``relay.domain.ordering.shard_for``
-  picked a random shard for ordered events too (a lane split over three shards, three
-  heads at once), lane_problems listed 711 lines, the first "app-1-key-0: runs of
-  numbers [0, 1, 3, 0, 4, 3, 0, 5, 9, 7, ...]".
+  shard. Fails in a scratch copy whose ``relay.domain.ordering.shard_for`` picks a
+  random shard for ordered events too (a lane split over three shards, three heads at
+  once): lane_problems lists lanes whose runs of numbers are out of order.
 * ``test_one_key_one_shard_whatever_the_body``: the shard rule of the Decisions
   section: an Idempotency-Key lands on its app's shard whether the event is ordered or
   not, so the same key with another body (an ordering key added, other targets) is 409,

@@ -1,4 +1,4 @@
-"""Ordered delivery (issue 14): a worker SIGKILLed, or stopped, while it holds a lane's head.
+"""Ordered delivery: a worker SIGKILLed, or stopped, while it holds a lane's head.
 
 One ``relay worker`` process (1 s lease) claims the head of a 5-event lane; the
 receiver holds that request open, and the process is killed with SIGKILL while it
@@ -7,16 +7,14 @@ waits. Another process then starts. The head is sent again once its lease ran ou
 next one go: the lane's requests are 0 (lost with the killed worker), 0, 1, 2, 3, 4,
 never two at once.
 
-Seen failing: in a scratch copy of the tree whose claim.lua popped the lane and made
-the next one due at claim time (the lane advanced on claim, not on the outcome), the
-lane ran ahead of its held head: the requests received were [0, 2, 3, 4, 0, 1] (the
-first assertion), with the real scripts [0, 0, 1, 2, 3, 4].
+Fails in a scratch copy of the tree whose claim.lua pops the lane and makes the next one
+due at claim time (the lane advancing on claim, not on the outcome): the lane runs ahead
+of its held head, the requests received being [0, 2, 3, 4, 0, 1], not [0, 0, 1, 2, 3, 4].
 
 The same with SIGTERM (``test_a_handed_back_head_is_not_overtaken``): the request is
 held past the 0.3 s shutdown grace, so the worker cancels it and hands the head back
 (``release.lua``, uncharged); the next process sends the head again, then the rest.
-Seen failing: in the scratch copy with the lane advancing at claim, the requests were
-[0, 1, 2, 3, 0, 4] (the kill test's were [0, 2, 3, 4, 0, 1] in that same run).
+With the lane advancing at claim, the requests are [0, 1, 2, 3, 0, 4].
 """
 
 from __future__ import annotations

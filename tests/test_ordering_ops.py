@@ -1,4 +1,4 @@
-"""Ordered delivery (issue 14) for operators: the API, the CLI and the validation.
+"""Ordered delivery for operators: the API, the CLI and the validation.
 
 Publish with an ``ordering_key`` to ``ordering: key, ordering_on_dead: block``; the
 head goes dead; the blocked lane shows in the delivery reads, ``GET /v1/stats``,

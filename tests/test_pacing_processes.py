@@ -37,11 +37,10 @@ pytestmark = pytest.mark.realredis
 # Head of line: every healthy delivery's publish-to-receipt delay, while a bad endpoint has
 # 2,000 deliveries queued ahead of it (one worker process, 16 slots, 2 s HTTP timeout).
 # What is left of the delay once the protections work is claiming (and deferring,
-# uncharged) the backlog ahead: ~0.2-0.4 s for 2,000 here, plus 0.25 s to notice that an
-# endpoint known to answer fast has started hanging. Measured worst: 0.19-0.66 s on this
-# 2-core machine, up to 0.95 s with another process keeping a core busy. 1.5 s keeps half
-# a second of margin on a loaded box and stays below the 2 s timeout, which is what an
-# unprotected worker waits at the least (it measured 2.2-2.8 s).
+# uncharged) the backlog ahead, plus 0.25 s to notice that an endpoint known to answer
+# fast has started hanging (docs/performance.md has the figures). 1.5 s keeps a margin on
+# a loaded box and stays below the 2 s timeout, which is what an unprotected worker waits
+# at the least.
 HOL_BOUND = 1.5
 
 
@@ -276,11 +275,9 @@ async def test_hanging_endpoint_with_deep_backlog_does_not_block_healthy(
 ) -> None:
     """An endpoint that never answers (until the 2 s timeout) with 2,000 queued, new to
     the worker: it gets a quarter of the slots (its window grows only as it succeeds),
-    the rest claim past its backlog, deferring it. Seen failing: the worker without
-    per-endpoint windows measured 2.2-2.8 s (the slots that slow sends freed went to the
-    same backlog, until the timeouts opened the breaker). With windows but no slow start
-    (every slot from the first send) it measured 1.2-1.8 s: inside the bound, barely;
-    slow start is what keeps this case at 0.2-0.4 s.
+    the rest claim past its backlog, deferring it. Fails without per-endpoint windows
+    (the slots that slow sends free go to the same backlog, until the timeouts open the
+    breaker); slow start (a window that grows with successes) keeps it well inside.
     """
     store = await make_store()
     async with gauge() as g:
@@ -303,8 +300,8 @@ async def test_rate_limited_endpoint_with_deep_backlog_does_not_block_healthy(
 ) -> None:
     """An endpoint limited to 1 request/s with 2,000 queued: its claims over the limit go
     back to due (uncharged, spread out) instead of waiting in a slot, and it still gets
-    no more than its rate. Seen failing: with each wait spent holding a worker slot, the
-    healthy deliveries had not all arrived 20 s later.
+    no more than its rate. Fails with each wait spent holding a worker slot: the healthy
+    deliveries have not all arrived 20 s later.
     """
     store = await make_store()
     async with gauge() as g:
@@ -328,8 +325,8 @@ async def test_warm_endpoint_that_starts_hanging(
 ) -> None:
     """An endpoint that answered 100 times (its window is every slot) starts hanging with
     2,000 queued at once. Its sends count as slow after 10x its usual time (0.25 s here)
-    rather than slow_send_after (1 s), freeing the slots for the others. Without that,
-    1.27-1.42 s measured: inside the bound, barely; with it, 0.5-0.66 s.
+    rather than slow_send_after (1 s), freeing the slots for the others; without that the
+    delay comes close to the bound.
     """
     store = await make_store()
     health = Health(store)
@@ -382,9 +379,9 @@ async def test_breaker_opens_at_threshold_across_processes_then_one_probe_per_wi
     threshold of 3. The receiver records the breaker hash and Redis's clock at every
     arrival: closed with 0, 1, 2 failures, then nothing until the reopen time, then one
     probe per half-open window (failures 3, 4, 5), cooldown doubling and capped, then
-    closed. Seen failing: with settle.lua opening at ``failures > threshold`` the fourth
-    arrival came closed (``('closed', 3)``); with admit.lua's half-open branch letting
-    every token through, several requests arrived in one half-open window.
+    closed. Fails with settle.lua opening at ``failures > threshold`` (the fourth arrival
+    comes closed, ``('closed', 3)``), and with admit.lua's half-open branch letting every
+    token through (several requests arrive in one half-open window).
     """
     store = await make_store()
     env = {
@@ -470,9 +467,9 @@ async def test_rate_limit_and_max_in_flight_hold_across_four_processes(
     ``/capped`` (max_in_flight 2, 60 deliveries, each held 200 ms by the receiver): the
     receiver never sees a third concurrent request, sees two at some point, and all 60
     arrive. Every delivery is charged exactly the requests it made, however often it was
-    deferred. Seen failing: with admit.lua's ``ZADD`` of the in-flight slot removed the
-    receiver saw 29 concurrent requests; with the GCRA check removed, all 400 arrived in
-    the first second (0 in the window).
+    deferred. Fails with admit.lua's ``ZADD`` of the in-flight slot removed (the receiver
+    sees many concurrent requests), and with the GCRA check removed (all arrive in the
+    first second, none in the window).
     """
     rate = 20
     store = await make_store()

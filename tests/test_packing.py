@@ -42,7 +42,7 @@ def test_the_same_refusals(bad: object) -> None:
 
 def test_a_client_of_another_encoding_keeps_it() -> None:
     """hiredis encodes str as UTF-8: a client configured otherwise is packed by the encoder
-    (seen failing with hiredis taking every tuple: b"\\xc3\\xbc" for latin-1's b"\\xfc")."""
+    (fails with hiredis taking every tuple: b"\\xc3\\xbc" for latin-1's b"\\xfc")."""
     conn = Connection(encoding="latin-1")
     theirs = b"".join(bytes(p) for p in base.REDIS_PY_PACK_COMMAND(conn, "SET", "k", "\u00fc"))
     assert b"".join(conn.pack_command("SET", "k", "\u00fc")) == theirs

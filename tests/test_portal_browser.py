@@ -1,4 +1,4 @@
-"""The consumer portal (/portal/) and the dashboard's endpoint writes (issue 13, part B),
+"""The consumer portal (/portal/) and the dashboard's endpoint writes,
 in Debian's headless Chromium against the real API, Redis and a worker.
 
 One Chromium serves the whole module: a module fixture starts it with a DevTools port

@@ -1,8 +1,8 @@
 """Race tests on a real redis-server: every contender has its own Store and connection.
 
-Each test names the protection it proves and says how it was seen failing: the
-protection was removed by hand (the edit is described in the docstring) in a scratch
-copy of the repository, the test was run there and failed as quoted. Redis runs
+Each test names the protection it proves and the edit that makes it fail: the protection
+removed by hand in a scratch copy of the repository (the docstring describes the edit and
+the failure). Redis runs
 scripts one at a time, so the protections are what a script does atomically; removing
 one means splitting a script into round trips or dropping the condition that decides
 a winner.
@@ -82,9 +82,9 @@ async def test_claim_partition_eight_claimers(make_store: Any) -> None:
     """8 claimers, 1,000 due deliveries: pairwise disjoint claims whose union is everything.
 
     Protection: claim.lua takes (ZRANGEBYSCORE) and removes (ZREM) in one script.
-    Seen failing: with the ``ZREM`` deleted from claim.lua and done instead by
-    ``Store.claim`` in a second round trip after the script returned, the claimers
-    overlapped: "998 ids claimed twice; 6590 claims" (assertion failed; a rerun: 1000).
+    Fails with the ``ZREM`` deleted from claim.lua and done instead by ``Store.claim``
+    in a second round trip after the script returns: the claimers overlap (ids
+    claimed twice).
     """
     owner = await make_store()
     due = await seed(owner, 1000)
@@ -121,8 +121,8 @@ async def test_claim_held_open_is_never_taken(make_store: Any) -> None:
 
     Protection: a claimed delivery leaves the due set in the claiming script, and the
     lease keeps reclaim away while it is live.
-    Seen failing: with the ``ZREM`` deleted from claim.lua, B's claim returned all 8
-    deliveries including A's 5, and ``len(ids_b) == 3`` failed (8 != 3).
+    Fails with the ``ZREM`` deleted from claim.lua: B's claim returns all 8 deliveries,
+    A's 5 included (8 != 3).
     """
     a = await make_store(worker_id="A")
     b = await make_store(worker_id="B")
@@ -154,9 +154,8 @@ async def test_expired_leases_raced_by_two_reclaimers(make_store: Any) -> None:
 
     Protection: reclaim.lua removes the id from the processing set (``ZREM``) in the
     same script that moves it, so a second reclaimer no longer sees it.
-    Seen failing: with the ``ZREM`` of the processing set deleted from reclaim.lua (and
-    its ``== 1`` condition with it), both reclaimers reclaimed the same ids
-    again and again: "1400 reclaims of 7 ids" (assertion failed).
+    Fails with the ``ZREM`` of the processing set deleted from reclaim.lua (and its
+    ``== 1`` condition with it): both reclaimers reclaim the same ids again and again.
     """
     owner = await make_store(worker_id="doomed")
     due = await seed(owner, 200)
@@ -211,11 +210,11 @@ async def test_superseded_result_is_fenced(
     heartbeat (extend) and hand-back (release) are fenced too.
     Protection: record.lua (and extend/release) act only when the delivery still
     carries the caller's claim token.
-    Seen failing: with ``local mine = true`` in record.lua (no token check), all six
-    parametrizations failed: A's late record returned 1 (recorded) instead of 0, and
-    with that assertion set aside the snapshot check caught A's result overwriting B's
-    state (e.g. moved from processing to succeeded while B held the claim; after B's
-    retry, the delivery sat in both due and succeeded).
+    Fails, in all six parametrizations, with ``local mine = true`` in record.lua (no
+    token check): A's late record returns 1 (recorded) instead of 0, and with that
+    assertion set aside the snapshot check catches A's result overwriting B's state
+    (moved from processing to succeeded while B holds the claim; after B's retry, the
+    delivery sits in both due and succeeded).
     """
     a = await make_store(worker_id="A")
     b = await make_store(worker_id="B")
@@ -280,8 +279,8 @@ async def test_idempotency_race_twenty_publishes_one_event(make_store: Any, make
     Exactly one event and one set of deliveries; every answer carries the same id.
     Protection: publish.lua's ``SET NX`` on the idempotency key, in the same script as
     the writes.
-    Seen failing: with ``NX`` removed from that ``SET`` in publish.lua, all 20 answers
-    were 201, with 20 different event ids, and the events index held 20 events.
+    Fails with ``NX`` removed from that ``SET`` in publish.lua: all 20 answers are 201,
+    with 20 different event ids, and the events index holds 20 events.
     """
     stores = [await make_store() for _ in range(4)]
     apis = [await make_api(s) for s in stores]
@@ -326,9 +325,8 @@ async def test_replay_race_one_wins(make_store: Any, make_api: Any) -> None:
 
     Each delivery: exactly one 202, one 409 delivery_not_replayable, one reset.
     Protection: replay.lua checks the status and resets in one script.
-    Seen failing: with ``or status == "pending"`` added to replay.lua's condition (so
-    the status check no longer excludes a replay already done), both answers were 202:
-    "[(202, None), (202, None)]" (assertion failed).
+    Fails with ``or status == "pending"`` added to replay.lua's condition (the status
+    check then lets a replay already done through): both answers are 202.
     """
     store = await make_store(worker_id="W")
     apis = [await make_api(await make_store()) for _ in range(2)]
@@ -379,10 +377,9 @@ async def test_poison_message_reaches_dead_and_the_rest_is_delivered(
     that process; each of those is reclaimed and charged an attempt).
     Protection: claim.lua's ``HINCRBY attempts`` (counting at claim) and reclaim.lua's
     "attempts spent -> dead".
-    Seen failing: with claim.lua's ``HINCRBY ... "attempts", 1`` replaced by a plain
-    read (attempts counted only when an outcome is recorded, which a crash never
-    does), the poison looped: "poison is delivering with attempts 0 after 7 worker
-    crashes" (the crash bound ended the run; assertion failed).
+    Fails with claim.lua's ``HINCRBY ... "attempts", 1`` replaced by a plain read
+    (attempts counted only when an outcome is recorded, which a crash never does): the
+    poison loops, still delivering with attempts 0 when the crash bound ends the run.
     """
     store = await make_store()
     api = await make_api(store)

@@ -1,4 +1,4 @@
-"""Issue 12: a Redis that lost everything (restarted without persistence, or a replica
+"""A Redis that lost everything (restarted without persistence, or a replica
 promoted empty) is lived through without restarting relay.
 
 A real ``redis-server`` without persistence, an in-process API and worker delivering to

@@ -1,10 +1,9 @@
-"""Issue 12: relay refuses a Redis that evicts keys and warns about one that persists
+"""relay refuses a Redis that evicts keys and warns about one that persists
 nothing (docs/operating/redis-persistence.md).
 
-Seen failing before the change: with no check in the runner, ``relay worker`` on an
-``allkeys-lru`` Redis started and ran until killed (the refusal tests timed out waiting
-for it to exit), and no ``redis.unsafe`` warning was logged for ``--save "" --appendonly
-no``; ``relay stats --json`` had no ``redis`` key.
+Without the check in the runner, ``relay worker`` on an ``allkeys-lru`` Redis starts and
+runs until killed (the refusal tests time out waiting for it to exit), and no
+``redis.unsafe`` warning is logged for ``--save "" --appendonly no``.
 """
 
 from __future__ import annotations
@@ -195,8 +194,8 @@ async def test_server_facts_on_a_cluster(cluster_store: Any) -> None:
 
 async def test_every_cluster_primary_is_checked(cluster_store: Any) -> None:
     """One primary of three set to ``allkeys-lru`` (not the client's default node): the
-    start is refused and the line names that node. Seen failing when only the default
-    node was asked (the start went ahead)."""
+    start is refused and the line names that node. Fails when only the default node is
+    asked (the start goes ahead)."""
     store = await cluster_store()
     default = store.redis.get_default_node()
     other = next(n for n in store.redis.get_primaries() if n.name != default.name)
@@ -220,8 +219,8 @@ async def test_start_up_waits_out_redis_going_away_before_the_layout_probe(
     redis_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A process started during a failover (scripts loaded, then the primary gone) waits
-    for Redis at the layout probe instead of exiting. Seen failing with the probe called
-    once, unguarded (crash_failover saw a replacement worker exit 1 that way)."""
+    for Redis at the layout probe instead of exiting. Fails with the probe called once,
+    unguarded (a replacement worker started during a failover exits 1)."""
     calls = 0
     probe = Store.legacy_left
 

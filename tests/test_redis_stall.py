@@ -7,8 +7,8 @@ stall, the client's socket timeout shorter: each write in the stall fails with r
 outcome that could not be written during the stall is retried until it is written
 (its lease is still good), never dropped to be sent again after the lease runs out.
 
-Seen failing before the fix (issue 11): outcomes whose write timed out were dropped
-(``delivery.crashed``), their leases ran out and the events were sent a second time.
+Fails with outcomes whose write timed out dropped (``delivery.crashed``): their leases
+run out and the events are sent a second time.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Reconciliation replay jobs (issue 16, point 4), on real Redis and on the real cluster.
+"""Reconciliation replay jobs, on real Redis and on the real cluster.
 
-Seen failing: the overlap test, with ``replay.lua``'s guard removed (``if status ==
-"dead" or status == "succeeded"`` made ``if status ~= "held"`` on a copy of the tree, so
-a pending or in-flight delivery is replayed too), reports deliveries with two requests
-open at once at the receiver and deliveries whose ``replays`` count passed one; the
-takeover test, with that guard removed, finds the deliveries the killed worker had
-replayed but not saved replayed a second time (``replays`` 2).
+With ``replay.lua``'s guard removed (``if status == "dead" or status == "succeeded"``
+made ``if status ~= "held"`` on a copy of the tree, so a pending or in-flight delivery is
+replayed too), the overlap test reports deliveries with two requests open at once at the
+receiver and deliveries whose ``replays`` count passes one, and the takeover test finds
+the deliveries the killed worker replayed but did not save replayed a second time
+(``replays`` 2).
 """
 
 from __future__ import annotations
@@ -420,8 +420,8 @@ async def test_job_resumed_by_another_worker_after_the_first_is_killed(make_stor
 async def test_type_filter_reads_the_type_from_the_header(make_store: Any) -> None:
     """A claimed delivery's hash holds no type (claim.lua leaves it in the event's header):
     a replay filtered by type finds it through the events index and through an endpoint's.
-    Seen failing: with replay_scan.lua's ``type_of`` fallback removed, the endpoint-scoped
-    counts were 0."""
+    Fails with replay_scan.lua's ``type_of`` fallback removed: the endpoint-scoped counts
+    are 0."""
     store = await make_store()
     eps = [await endpoint(store) for _ in range(2)]
     base = int(time.time() * 1000) - DAY

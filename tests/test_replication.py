@@ -1,4 +1,4 @@
-"""Replica-acknowledged writes (``RELAY_ACK_REPLICAS``, ``RELAY_ACK_TIMEOUT``, issue 12).
+"""Replica-acknowledged writes (``RELAY_ACK_REPLICAS``, ``RELAY_ACK_TIMEOUT``).
 
 A primary and a replica started here (``--replicaof``). With RELAY_ACK_REPLICAS=1 a
 publish is 201 only once the replica has the event (read on the replica right after the
@@ -8,13 +8,12 @@ retry with the same Idempotency-Key answers the first event (200, the idempotent
 and exactly one event exists, on both. With RELAY_ACK_REPLICAS=0 no WAIT is sent
 (INFO commandstats). Worker writes never wait: the worker runs with the replica frozen.
 
-Seen failing before the change (the script calls without their WAIT): every test here
-but ``test_settings`` fails (answered while the replica was frozen; ``assert 201 ==
-503``; ``assert 0 == 1`` WAIT calls), and ``test_settings`` fails on the settings that
-did not exist. The idempotent hit's own write (``SET ... KEEPTTL`` in ``publish.lua``)
-could not be shown necessary on Redis 7.0.15: there a WAIT on a connection whose own
-writes are all replicated still waited for the frozen replica, so the retry through a
-second API replica is 503 with or without that write.
+With the script calls sent without their WAIT, every test here but ``test_settings``
+fails (answered while the replica is frozen; ``assert 201 == 503``; ``assert 0 == 1``
+WAIT calls). The idempotent hit's own write (``SET ... KEEPTTL`` in ``publish.lua``) is
+not shown necessary here: on Redis 7.0 a WAIT on a connection whose own writes are all
+replicated still waits for the frozen replica, so the retry through a second API
+replica is 503 with or without that write.
 """
 
 from __future__ import annotations
@@ -144,7 +143,7 @@ async def test_publish_is_on_the_replica_when_answered(
 ) -> None:
     store, api = acked
     # the replica away for 0.4 s (under a 3 s RELAY_ACK_TIMEOUT): no answer until it has
-    # the event (before the change: 201 at once, while the replica could not have it)
+    # the event (without the WAIT: 201 at once, while the replica cannot have it)
     patient = await make_api(
         await stores(ack_replicas=1, ack_timeout=3.0, key_prefix=store.settings.key_prefix)
     )
@@ -293,7 +292,7 @@ async def test_resuming_held_deliveries_is_confirmed_too(pair: Pair, acked: Any)
     """Re-enabling an endpoint resumes its held deliveries (``resume.lua``): a client's
     write, confirmed like the endpoint write before it, so a failover right after the
     answer cannot leave them parked behind an enabled endpoint. One WAIT for the
-    endpoint, one per shard for the resume; seen failing with the resume unconfirmed
+    endpoint, one per shard for the resume; fails with the resume unconfirmed
     (``assert 1 == 2``)."""
     store, api = acked
     ep = await call(api, "POST", "/v1/endpoints", json={"url": "http://127.0.0.1:9/h"})

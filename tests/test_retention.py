@@ -160,8 +160,8 @@ async def test_pending_and_delivering_are_never_expired(st: Store) -> None:
 
 async def test_event_kept_for_a_delivery_never_claimed(st: Store) -> None:
     """Layout v3: a delivery never claimed has no hash, only its due entry and its place in
-    the event's header; the sweep of its sibling must keep the event for it. Seen failing
-    with expire.lua's due check removed: the event went, and the delivery with it."""
+    the event's header; the sweep of its sibling must keep the event for it. Fails with
+    expire.lua's due check removed: the event goes, and the delivery with it."""
     ep = await add_endpoint(st)
     event_id, (a, b) = await publish(st, [ep, ep])
     sk = st.keys.shard(0)
@@ -272,8 +272,8 @@ async def test_concurrent_sweepers_remove_each_delivery_once(make_store: Any) ->
     """Many sweepers at once: every delivery and event is removed, and counted, exactly once.
 
     The protection is that expire.lua takes each id out of its set (ZREM) in the same
-    atomic call that removes it. Seen failing with it removed (the ZREM line deleted from
-    a copy of expire.lua loaded through ``Scripts(client, lua_dir=...)``): the sweepers
+    atomic call that removes it. Fails with it removed (the ZREM line deleted from a copy
+    of expire.lua loaded through ``Scripts(client, lua_dir=...)``): the sweepers
     take the same ids again and again and never finish, so the deadline trips.
     """
     stores = [await make_store() for _ in range(4)]
@@ -304,7 +304,7 @@ async def test_late_fenced_outcome_after_expiry_leaves_nothing_behind(make_store
     """A worker that stalled past its lease reports after the delivery already expired.
 
     record.lua logs a fenced outcome only while the delivery exists; without that check
-    (seen failing by removing the EXISTS test from a copy of record.lua) the late report
+    (the EXISTS test removed from a copy of record.lua: the test fails) the late report
     re-creates a log list and a delivery hash holding only ``log_n``, which nothing would
     ever expire.
     """

@@ -13,9 +13,9 @@ delivered before the failover was over (a claim or outcome written to the old pr
 after the WAIT). The worker's wake subscription and the API's endpoint-change
 subscription are found on the new primary.
 
-Seen failing with ``connect()`` ignoring ``RELAY_REDIS_SENTINELS`` (the client dials
-the URL's host and port, the first primary): after the kill every publish answered 503
-until the deadline (``publishing did not resume``).
+Fails with ``connect()`` ignoring ``RELAY_REDIS_SENTINELS`` (the client dials the URL's
+host and port, the first primary): after the kill every publish answers 503 until the
+deadline (``publishing did not resume``).
 """
 
 from __future__ import annotations
@@ -213,8 +213,8 @@ async def test_connect_through_sentinel_keeps_the_url_options() -> None:
 async def test_masterdown_closes_the_connection_for_a_fresh_look_up(tmp_path: Path) -> None:
     """A node that answers MASTERDOWN is not the primary now: like READONLY (which
     redis-py already handles), the answer becomes a connection error with the
-    connection closed, so the client's retry asks Sentinel again. Before: the
-    MasterDownError came back and the connection stayed on that node."""
+    connection closed, so the client's retry asks Sentinel again (unguarded: the
+    MasterDownError comes back and the connection stays on that node)."""
     from relay.queue.base import _SentinelConnection
     from relay.redisproc import RedisServer, free_port
 

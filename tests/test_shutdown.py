@@ -38,16 +38,15 @@ async def test_sigterm_drains_within_grace_and_hands_back_the_rest(
 ) -> None:
     """SIGTERM with sends in flight: finish what can finish, hand back the rest uncharged.
 
-    Seen failing, each in a scratch copy of the repository:
-    * with release.lua's ``HINCRBY ... "attempts", -1`` deleted, the handed-back slow
-      deliveries kept ``attempts`` 1 ("assert 1 == 0");
-    * with ``Leases.hand_back`` (was ``Worker._shutdown``) not calling ``store.release``
-      (claims left to their leases), the slow deliveries stayed 'delivering'
-      ("assert 'delivering' == 'pending'");
+    Fails, each edit made in a scratch copy of the repository:
+    * with release.lua's ``HINCRBY ... "attempts", -1`` deleted: the handed-back slow
+      deliveries keep ``attempts`` 1 ("assert 1 == 0");
+    * with ``Leases.hand_back`` not calling ``store.release`` (claims left to their
+      leases): the slow deliveries stay 'delivering' ("assert 'delivering' == 'pending'");
     * with ``Worker.run`` leaving the claim loop running during the drain (the loop
-      driven by an event that is never set, the hand-back started on ``stop``), the
-      slots the quick answers freed were refilled from the waiting 'extra' events, which
-      reached the receiver ("Extra items in the left set").
+      driven by an event that is never set, the hand-back started on ``stop``): the
+      slots the quick answers free are refilled from the waiting 'extra' events, which
+      reach the receiver ("Extra items in the left set").
     """
     store = await make_store()
     api = await make_api(store)
@@ -171,9 +170,8 @@ async def test_worker_started_while_redis_is_down_waits_for_it(
 
     The crash suite starts replacement workers while redis-server is down; each must come
     up once Redis is back and deliver, and SIGTERM still stops it cleanly.
-    Seen failing: with ``runner.serve`` calling ``store.start()`` directly again (no
-    wait), the worker died of redis ConnectionError before Redis started: "worker
-    exited 1" (assertion failed).
+    Fails with ``runner.serve`` calling ``store.start()`` directly (no wait): the worker
+    dies of redis ConnectionError before Redis starts ("worker exited 1").
     """
     server = RedisServer(port=free_port(), data_dir=tmp_path / "redis", appendonly=False)
     settings = make_settings(redis_url=server.url)

@@ -143,8 +143,8 @@ async def test_publish_writes_event_deliveries_and_indexes(st: Store) -> None:
 
 async def test_app_of_a_delivery_with_or_without_its_hash(st: Store) -> None:
     """The access check's read: a delivery as published (no hash yet) has its event's app,
-    as one with a hash has its own; an id that names nothing has none. Seen failing with
-    the read of a delivery without a hash left out of app_of (nothing tested it before)."""
+    as one with a hash has its own; an id that names nothing has none. Fails with the
+    read of a delivery without a hash left out of app_of."""
     ep = await add_endpoint(st, app="shop")
     event_id, (d,), _ = await publish_event(st, [ep["id"]], app="shop")
     assert not await st.redis.exists(st.keys.shard(0).delivery(d))

@@ -116,12 +116,12 @@ async def test_the_loss_is_reported_before_the_back_off(monkeypatch: pytest.Monk
 
 
 async def test_a_cancel_while_subscribing_ends_the_task(make_store: Any) -> None:
-    """A worker stopped within milliseconds of starting must exit (CI hung on it:
-    ``relay worker`` logged shutdown.begin and waited for ever on its wake listener).
+    """A worker stopped within milliseconds of starting must exit (else ``relay worker``
+    logs shutdown.begin and waits for ever on its wake listener).
 
     redis-py 8.1 swallows a cancellation that lands while it subscribes; the task then
-    went on listening. Seen failing before the fix: 84 of 400 such cancels never ended
-    (``async for ... in pubsub.listen()``, no look at ``Task.cancelling()``)."""
+    goes on listening. Fails with ``async for ... in pubsub.listen()`` and no look at
+    ``Task.cancelling()``: some of these cancels never end."""
     store = await make_store()
     rng = random.Random(17)
     stuck = 0

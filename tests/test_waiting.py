@@ -1,11 +1,10 @@
-"""Why is it waiting? (issue 18): a pending or held delivery says why it is not going out
+"""Why is it waiting? A pending or held delivery says why it is not going out
 now, on the API's read and list, the dashboard's read and ``relay inspect``; an endpoint
 whose breaker cooldown has passed reads ``half_open``, not ``open``; rotation says until
 when the old secret signs.
 
-Seen failing before (this file run against ``git archive HEAD``): the delivery read had
-no ``waiting`` field (KeyError), the endpoint read kept ``"state": "open"`` after the
-cooldown, and the rotate answer had only ``secret``.
+The delivery read's ``waiting`` field, the endpoint read's ``half_open`` after the
+cooldown and the rotate answer's expiry are each asserted here.
 """
 
 from __future__ import annotations

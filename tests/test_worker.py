@@ -171,8 +171,8 @@ async def send_each(urls: list[str], headers: list[dict[str, str] | None]) -> No
 async def test_the_headers_sent_are_relays_own_and_nothing_else() -> None:
     """Every header on the wire, in order, as a raw server reads them: relay's own (no
     second Content-Type or User-Agent from aiohttp), custom ones before them and never
-    in their place. Seen failing with relay's content-type left out of signed_headers
-    (aiohttp then adds one: application/octet-stream)."""
+    in their place. Fails with relay's content-type left out of signed_headers (aiohttp
+    then adds one: application/octet-stream)."""
     custom = {"X-Team": "payments", "user-agent": "other", "Content-Type": "text/plain"}
     async with raw_server() as (port, heads):
         url = f"http://127.0.0.1:{port}/h"
@@ -351,8 +351,8 @@ async def test_deleted_endpoint_goes_dead(make_store: Any, receiver: Any) -> Non
 
 async def test_lease_is_extended_while_a_send_is_in_flight(make_store: Any, receiver: Any) -> None:
     """A send that outlives its lease (0.6 s) is kept by the heartbeat: two workers are
-    running, and neither reclaims nor re-sends it. Seen failing with
-    ``Leases.heartbeat`` monkeypatched to a coroutine that only sleeps."""
+    running, and neither reclaims nor re-sends it. Fails with ``Leases.heartbeat``
+    monkeypatched to a coroutine that only sleeps."""
     store = await make_store(lease_seconds=0.6)
 
     async def slow(request: web.Request) -> web.Response:
@@ -391,8 +391,8 @@ async def test_idle_worker_wakes_on_publish(
     make_store: Any, receiver: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the idle cap and the lease made huge, only the pub/sub wake can get these
-    three deliveries out before the deadline. Seen failing (TimeoutError in wait_for)
-    with ``Worker._listen`` monkeypatched to subscribe but ignore every message."""
+    three deliveries out before the deadline. Fails (TimeoutError in wait_for) with
+    ``Worker._listen`` monkeypatched to subscribe but ignore every message."""
     monkeypatch.setattr(relay.delivery.worker, "IDLE_CAP", 3600.0)
     store = await make_store(lease_seconds=3600.0)
     ep = await add_endpoint(store, receiver.url + "/wake")

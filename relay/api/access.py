@@ -71,8 +71,8 @@ RULES: dict[str, Rule] = {
     "GET /v1/ui/deliveries": ADMIN_ONLY,
     "GET /v1/ui/deliveries/{id}": ADMIN_ONLY,
     "GET /v1/ui/endpoint-health": ADMIN_ONLY,
-    # routes of other branches (issue 14's discard, the event type catalog), ready for
-    # their merge: the catalog is shared by every app, so keys read it, the operator writes
+    # the discard of a dead lane head, and the event type catalog: the catalog is shared
+    # by every app, so keys read it, the operator writes
     "POST /v1/deliveries/{id}/discard": Rule("manage", "delivery"),
     "GET /v1/event-types": READ,
     "GET /v1/event-types/{name}": READ,

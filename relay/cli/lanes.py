@@ -1,4 +1,4 @@
-"""Operator commands over ordered lanes (issue 14): ``discard``, ``blocked``."""
+"""Operator commands over ordered lanes: ``discard``, ``blocked``."""
 
 from __future__ import annotations
 

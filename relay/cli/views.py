@@ -56,7 +56,7 @@ def _show_delivery(d: dict[str, Any]) -> None:
             ["last status", d.get("last_status_code")],
             ["last error", cut(d.get("last_error"), 100)],
             ["worker", d.get("worker")],
-            *(  # ordered (issue 14): its lane, and what holds it
+            *(  # an ordered delivery: its lane, and what holds it
                 [
                     ["lane", d["lane"]],
                     ["lane head", d.get("lane_head")],

@@ -9,10 +9,10 @@ With a ``linger`` and a ``more`` (``more()``: are more items on their way, sends
 answers are still out), a key's first write waits for them, up to ``linger`` seconds or
 a full batch, and goes as soon as a submit finds ``more()`` false (then every waiting
 key's write goes: nothing more is coming for any), or brings an item that may not wait
-(``hurry``). A worker's sends go out in waves and their answers come back over a few ms:
-written as they came, a drain took ~0.18 script calls per delivery; gathered, ~0.07
-(``bench/run.py --only limit,drain1``). Nothing waits behind a lone send (an ordered lane
-of one key, an idle worker): ``more()`` is false and the write goes at once.
+(``hurry``). A worker's sends go out in waves and their answers come back over a few ms,
+so gathering them makes fewer script calls per delivery. Nothing waits behind a lone
+send (an ordered lane of one key, an idle worker): ``more()`` is false and the write goes
+at once.
 
 A write that fails because Redis is unavailable (down, stalled past the socket timeout,
 read-only after a failover, busy with a script, loading) is retried, not dropped: until

@@ -4,8 +4,8 @@ One pooled ``aiohttp.ClientSession`` per worker; redirects are never followed; t
 response body is read only up to a small cap, for the attempt log.
 
 The request's time limit: aiohttp's own (``make_session(timeout=...)``) starts a timer
-for every request, ~3.5% of a request's instructions (callgrind). The worker sets none
-there: each send carries a :class:`Deadline`, and the worker's one watcher
+for every request. The worker sets none there: each send carries a :class:`Deadline`,
+and the worker's one watcher
 (:func:`relay.delivery.inflight.watch_slow`, every 25 ms) cancels a request past it,
 which :func:`send` then reports as a ``timeout`` exactly as aiohttp's would have been.
 """

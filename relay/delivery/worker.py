@@ -109,7 +109,7 @@ class Worker:
         self.on_ops: Callable[[str], None] | None = None
         # With a backlog, claim once three quarters of the slots are free: a batch's sends
         # then go out, and come back, together, so the loop handles their answers in
-        # waves (a quarter made twice the claims and a third more CPU per delivery).
+        # waves, and each claim takes a batch worth its round trip.
         self._low_water = max(1, min(settings.claim_batch, settings.worker_concurrency) * 3 // 4)
 
     # ------------------------------------------------------------------ lifecycle

@@ -2,12 +2,12 @@
 
 A delivery's requests are logged in its own list (``ShardKeys.log``), one JSON entry
 each. Most deliveries are made by one request that succeeds, and a list key of one
-entry costs Redis about 390 bytes (key, quicklist, node). So record.lua keeps that
+entry costs Redis a key, a quicklist and a node. So record.lua keeps that
 first request in the delivery hash instead, as the field ``a1``:
 ``"<at ms> <duration ms> <status code> <worker>[ <detail>]"``, short enough (at most
 64 bytes, Redis's ``hash-max-listpack-value``) that the hash stays a compact listpack.
 Any later request (a replay, a fenced late write) still goes to the list, and a reader
-puts ``a1`` first (:func:`expand`): the API and the CLI show the same log as before.
+puts ``a1`` first (:func:`expand`): the API and the CLI show one log either way.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ class StrictBody(Strict):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False, strict=True)
 
 
-# rate_limit bounds (requests/s): below one request per 100 s a "limit" is a typo (it was
-# seen as 1e-17, which broke the shared limiter); admit.lua clamps to the same bounds.
+# rate_limit bounds (requests/s): below one request per 100 s a "limit" is a typo (1e-17
+# would break the shared limiter's arithmetic); admit.lua clamps to the same bounds.
 RATE_LIMIT_MIN, RATE_LIMIT_MAX = 0.01, 100_000
 RateLimit = Annotated[
     float | None,

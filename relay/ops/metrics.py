@@ -73,9 +73,9 @@ class Attempts:
     ``relay_attempts_total{code_class}`` and the ``relay_delivery_duration_seconds``
     histogram. Tallied in plain numbers by :meth:`observe` and made into metric families
     only when scraped: prometheus-client's Counter and Histogram lock and validate on every
-    increment, four per send (3.1-3.5 µs a send on a 2-core VM; this, 0.6-0.9 µs). The text
-    exposition is the one those classes write (``tests/test_metrics.py``). One event
-    loop's process: observe and collect never run at once."""
+    increment, four per send. The text exposition is the one those classes write
+    (``tests/test_metrics.py``). One event loop's process: observe and collect never run
+    at once."""
 
     def __init__(self) -> None:
         self.outcomes = _Tally()
@@ -88,7 +88,7 @@ class Attempts:
         self.outcomes.add(outcome)
         if status is None:
             self.classes.add("error")
-        else:  # any status, as the labels were before: 600 -> "6xx"
+        else:  # any other status by its hundreds: 600 -> "6xx"
             self.classes.add(_CLASSES.get(status // 100) or f"{status // 100}xx")
         self.buckets[bisect.bisect_left(DURATION_BUCKETS, duration)] += 1
         self.sum += duration

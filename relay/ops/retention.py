@@ -104,7 +104,7 @@ class Retention:
         )
 
     async def unblock_deleted(self) -> int:
-        """Discard the dead heads that block lanes of deleted endpoints (issue 14): an
+        """Discard the dead heads that block lanes of deleted endpoints: an
         endpoint deleted while its head was in flight, or while its lane was blocked,
         would otherwise keep the rest of the lane queued forever. Blocked lanes are few
         (each waits for an operator), so this reads them all, once per sweep."""

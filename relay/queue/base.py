@@ -33,7 +33,7 @@ ENCODING_ERRORS = "surrogateescape"
 def _pack_command(self: AbstractConnection, *args: Any) -> list[bytes]:
     """redis-py's asyncio ``pack_command``, the protocol written by hiredis (in C), as
     redis-py's own synchronous client does; its asyncio client builds each command in
-    Python, one growing buffer per argument, which was ~10% of a worker's CPU (py-spy).
+    Python, one growing buffer per argument.
     The arguments are what redis-py's encoder makes of them: bytes and ints as they are,
     a str encoded as the client is configured, anything else through the encoder itself
     (a float as its repr, a bool or None refused).
@@ -167,7 +167,7 @@ def connect(settings: Settings) -> Any:
             socket_connect_timeout=5.0,
         )
     # A blocking pool: past max_connections a command waits for a free connection
-    # instead of failing with MaxConnectionsError (which made busy API replicas 500).
+    # instead of failing with MaxConnectionsError (a 500 on a busy API replica).
     # socket_timeout: a Redis that stops answering (stalled, partitioned) is an error
     # after 5 s (redis TimeoutError: 503 in the API, retried by a worker's writes) rather
     # than a hang; pub/sub listening blocks without it. The URL's ?socket_timeout= wins.

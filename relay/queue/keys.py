@@ -65,13 +65,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The layout version, in every key. v2 (issue 17): an event is one string, a header line
-# and its body (relay/domain/eventrecord.py), not a hash, and v1's events index (written,
-# never read) is gone. v3 (issue 17): a delivery's id derives from its event's
-# (relay/domain/ids.py), so a delivery has no hash until its first claim; the hash keeps
-# only what no id, index score or event header holds; the body is stored compressed; the
-# index of everything lists events, not deliveries (``events``, where v2 had ``deliveries``).
-# ``relay migrate`` moves a Redis written by v1 or v2 to v3 (relay/queue/migrate.py).
+# The layout version, in every key. In v3 an event is one string, a header line and its
+# body, compressed (relay/domain/eventrecord.py); a delivery's id derives from its
+# event's (relay/domain/ids.py), so a delivery has no hash until its first claim, and the
+# hash keeps only what no id, index score or event header holds; the index of everything
+# lists events (``events``). ``relay migrate`` moves a Redis written by an older layout
+# (v1, v2) to v3 (relay/queue/migrate.py).
 LAYOUT = "v3"
 
 

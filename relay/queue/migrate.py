@@ -1,6 +1,6 @@
 """``relay migrate``: move what an older key layout wrote to this one (``keys.LAYOUT``).
 
-Layouts v1 and v2 -> v3 (issue 17): every key keeps its name but for the layout version
+Layouts v1 and v2 -> v3: every key keeps its name but for the layout version
 (``relay:v2:{s0}:dlv:...`` becomes ``relay:v3:{s0}:dlv:...``: the same hash tag, so the
 same cluster slot), and an event (v1: a hash; v2: a string without ``max_attempts``, its
 deliveries listed with their ids, the body as it is) becomes the string of

@@ -2,9 +2,9 @@
 
 ``BlockingConnectionPool`` hands out every connection through an ``asyncio.Condition``
 and a timeout (``asyncio.timeout``: a timer per command), and takes it back through the
-condition, the pool's lock and an event dispatch (a re-authentication hook). That was
-~50 µs of CPU per command on a 2-core VM, a third of what a whole ``PING`` cost through
-the pool (``bench/pool.py``). When a connection is free and no caller waits for one,
+condition, the pool's lock and an event dispatch (a re-authentication hook), a large
+part of what a command costs through the pool (``bench/pool.py``). When a connection is
+free and no caller waits for one,
 none of it changes what happens: the connection is taken, checked (``ensure_connection``,
 as always) and given back as the plain pool does it. Whenever a caller waits, the pool's
 lock is held (a disconnect, a reconnect under way), maintenance is on, a connection must

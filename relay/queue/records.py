@@ -33,7 +33,7 @@ INT_FIELDS = (
 
 
 # Claimed, ClaimResult and Outcome are made once per delivery on the hot path: plain slotted
-# dataclasses, whose __init__ costs a fifth of a frozen one's (0.13 µs against 0.70).
+# dataclasses, whose __init__ is far cheaper than a frozen one's.
 @dataclass(slots=True)
 class Claimed:
     """One delivery taken by a claim: what a worker needs to send it."""

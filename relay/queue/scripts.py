@@ -25,7 +25,7 @@ the target with it not yet moved (the read silently finds nothing). Outside a
 migration a missing key costs nothing.
 
 Calls refused that way ran nothing, so they are retried here for up to
-``MIGRATION_WAIT`` seconds (a slot moved here at ~60,000 keys/s), except
+``MIGRATION_WAIT`` seconds (long enough for a large slot to move), except
 ``claim`` and ``reclaim``, which the worker's claim loop already retries per shard.
 """
 

@@ -76,11 +76,9 @@ for i, id in ipairs(ids) do
 end
 if #leases > 0 then
   if redis.call("EXISTS", KEYS[2]) == 0 then
-    -- A new processing set is made a skiplist, not a listpack: a member longer than any
-    -- zset-max-listpack-value is added with the first leases and removed at once. Redis
-    -- never turns a skiplist back while the set lives, and a listpack of ~100 leases
-    -- costs a scan of the whole set for each lease added (the newest expiry is last):
-    -- 13% of Redis's instructions per delivery (bench/instructions.py --redis-only).
+    -- A new processing set is made a skiplist, not a listpack (where each lease added
+    -- scans the whole set): a member longer than any zset-max-listpack-value is added
+    -- with the first leases and removed at once, and Redis never turns it back.
     redis.call("ZADD", KEYS[2], "+inf", SKIPLIST_PAD, unpack(leases))
     redis.call("ZREM", KEYS[2], SKIPLIST_PAD)
   else
