@@ -107,13 +107,6 @@ def select_targets(endpoints: Sequence[dict[str, Any]], event: EventIn) -> list[
     return [e for e in endpoints if e["enabled"] and matching.matches(e["event_types"], event.type)]
 
 
-def shard_for(app: str, idempotency_key: str | None, shards: int, *, ordered: bool = False) -> int:
-    """The same key always lands on the same shard (its guard lives there), and so does
-    every ordered event of an app (its lanes live there): the app's; else any
-    (:func:`relay.domain.ordering.shard_for`)."""
-    return ordering.shard_for(app, idempotency_key, shards, ordered=ordered)
-
-
 def fingerprint(event: EventIn) -> str:
     """What "the same request body" means for an idempotency key."""
     fields = event.model_dump()
@@ -149,7 +142,7 @@ class Publisher:
         """The first answer for this key and the same body, if there was one."""
         if idempotency_key is None:
             return None
-        shard = shard_for(event.app, idempotency_key, self.settings.shards)
+        shard = ordering.shard_for(event.app, idempotency_key, self.settings.shards, ordered=False)
         raw = await self.store.get_idempotency(shard, event.app, idempotency_key)
         if raw is None:
             return None
@@ -215,7 +208,9 @@ class Publisher:
             )
         lanes = [ordering.lane_of(e, event.ordering_key) for e in targets]
         ordered = any(lane is not None for lane in lanes)
-        shard = shard_for(event.app, idempotency_key, self.settings.shards, ordered=ordered)
+        shard = ordering.shard_for(
+            event.app, idempotency_key, self.settings.shards, ordered=ordered
+        )
         now_ms = int(time.time() * 1000)
         event_id = ids.new_event_id(shard, now_ms)
         deliveries = [(ids.delivery_id(event_id, i), e["id"]) for i, e in enumerate(targets)]

@@ -22,12 +22,11 @@ from relay.domain import jsonlimits
 from relay.endpoints.cache import EndpointCache
 from relay.endpoints.catalog import EventTypeCache
 from relay.publishing import Publisher
-from relay.queue.errors import UNAVAILABLE, ReplicationTimeout, is_unavailable
+from relay.queue.errors import ReplicationTimeout, is_unavailable
 from relay.queue.store import Store
 from relay.settings import Settings
 
 log = structlog.get_logger("relay.api")
-REDIS_UNAVAILABLE = UNAVAILABLE
 
 STORE = web.AppKey("store", Store)
 ENDPOINT_CACHE = web.AppKey("endpoint_cache", EndpointCache)

@@ -41,7 +41,9 @@ def app_shard(app: str, shards: int) -> int:
 
 
 def shard_for(app: str, idempotency_key: str | None, shards: int, *, ordered: bool) -> int:
-    """The event's shard: the app's when it is ordered or guarded by a key, else any."""
+    """The event's shard: the app's when it is ordered (its lanes live there) or guarded
+    by an idempotency key (the guard lives there, so a key always lands on one shard);
+    else any."""
     if ordered or idempotency_key is not None:
         return app_shard(app, shards)
     return random.randrange(shards)
