@@ -374,11 +374,15 @@ async def test_ui_files_and_reads_need_what_they_should(make_store, make_api) ->
         ("/ui/", "text/html"),
         ("/ui/app.js", "text/javascript"),
         ("/ui/kit.js", "text/javascript"),
+        ("/ui/epform.js", "text/javascript"),
         ("/ui/app.css", "text/css"),
     ):
         async with api.session.get(api.url + path, headers={"Authorization": ""}) as r:
             assert r.status == 200 and r.content_type == kind
             assert "script-src 'self'" in r.headers["Content-Security-Policy"]
+    for path in ("/ui/index.html", "/ui/portal.js", "/ui/nope.js", "/ui/a/app.js"):
+        async with api.session.get(api.url + path, headers={"Authorization": ""}) as r:
+            assert r.status == 404 and (await r.json())["error"] == "not_found", path
     for path in ("/v1/ui/overview", "/v1/ui/endpoint-health", "/v1/ui/deliveries"):
         async with api.session.get(api.url + path, headers={"Authorization": ""}) as r:
             assert r.status == 401

@@ -138,24 +138,12 @@ async def ui_index(request: web.Request) -> web.Response:
     return await _static("index.html")
 
 
-@page("/ui/app.js")
-async def ui_script(request: web.Request) -> web.Response:
-    return await _static("app.js")
-
-
-@page("/ui/kit.js")
-async def ui_kit(request: web.Request) -> web.Response:
-    return await _static("kit.js")
-
-
-@page("/ui/epform.js")
-async def ui_epform(request: web.Request) -> web.Response:
-    return await _static("epform.js")
-
-
-@page("/ui/app.css")
-async def ui_style(request: web.Request) -> web.Response:
-    return await _static("app.css")
+@page("/ui/{file}")
+async def ui_file(request: web.Request) -> web.Response:
+    name = request.match_info["file"]
+    if name == "index.html" or name not in STATIC:
+        raise web.HTTPNotFound()
+    return await _static(name)
 
 
 # ---------------------------------------------------------------------- read helpers
