@@ -4,11 +4,20 @@ same refusals."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
 from relay.queue import base
+
+
+@pytest.fixture(autouse=True)
+def hiredis_packing() -> None:
+    base.pack_with_hiredis()
+
 
 ARGS = [
     ("EVALSHA", "abc123", 2, "relay:v3:{s0}:due", "relay:v3:{s0}:processing", 60_000),
@@ -47,3 +56,17 @@ def test_a_client_of_another_encoding_keeps_it() -> None:
     theirs = b"".join(bytes(p) for p in base.REDIS_PY_PACK_COMMAND(conn, "SET", "k", "\u00fc"))
     assert b"".join(conn.pack_command("SET", "k", "\u00fc")) == theirs
     assert theirs.endswith(b"$1\r\n\xfc\r\n")
+
+
+def test_importing_relay_patches_nothing_and_connect_does() -> None:
+    """The hiredis packer is put in place by ``connect``, not by importing relay."""
+    code = (
+        "from redis.asyncio.connection import AbstractConnection as A\n"
+        "from relay.queue import base, store\n"
+        "from relay.settings import Settings\n"
+        "assert A.pack_command is base.REDIS_PY_PACK_COMMAND, 'patched on import'\n"
+        "store.connect(Settings())\n"
+        "assert A.pack_command is base._pack_command, 'not patched by connect'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -64,7 +64,18 @@ def _pack_command(self: AbstractConnection, *args: Any) -> list[bytes]:
 
 
 REDIS_PY_PACK_COMMAND = AbstractConnection.pack_command  # kept: tests/test_packing.py
-AbstractConnection.pack_command = _pack_command  # type: ignore[method-assign]
+
+
+def pack_with_hiredis() -> None:
+    """Make redis-py's asyncio connections write commands with hiredis (:func:`_pack_command`).
+
+    Works around redis-py's asyncio client packing every command in Python even when
+    hiredis is installed, where its synchronous client uses hiredis
+    (https://github.com/redis/redis-py/issues/4176). It can go once relay pins a redis-py
+    release whose asyncio connections pack with hiredis themselves
+    (https://github.com/redis/redis-py/pull/4191). Idempotent: :func:`connect` calls it.
+    """
+    AbstractConnection.pack_command = _pack_command  # type: ignore[method-assign]
 
 
 def answers(url: str) -> bool:
@@ -146,7 +157,9 @@ def _sentinel_client(settings: Settings) -> Any:
 
 def connect(settings: Settings) -> Any:
     """An asyncio Redis (or Redis Cluster) client for ``settings.redis_url``; with
-    ``settings.redis_sentinels``, for the primary Sentinel names."""
+    ``settings.redis_sentinels``, for the primary Sentinel names. Its commands are
+    written with hiredis (:func:`pack_with_hiredis`)."""
+    pack_with_hiredis()
     if settings.redis_sentinels:
         return _sentinel_client(settings)
     if settings.redis_cluster:
