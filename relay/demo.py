@@ -18,6 +18,7 @@ def run_receiver(
     host: str = "127.0.0.1",
     public_key: str | None = None,
 ) -> None:
+    """Serve until Ctrl-C; OSError when ``host:port`` cannot be listened on."""
     key = signing.secret_bytes(secret) if secret else None
 
     async def handle(request: web.Request) -> web.Response:

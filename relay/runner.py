@@ -10,6 +10,7 @@ import os
 import resource
 import secrets
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -65,6 +66,28 @@ class RedisRefused(RuntimeError):
     """The Redis this process would run on is unsafe for it (see :func:`check_redis`)."""
 
 
+class CannotListen(RuntimeError):
+    """A port this process serves on is taken, or its address is not one of this host's."""
+
+
+def listen_failure(host: str, port: int, exc: OSError) -> str:
+    """Why ``host:port`` could not be listened on, in words (no errno, no bind tuple)."""
+    if isinstance(exc, socket.gaierror) or not exc.errno or exc.errno < 0:
+        why = exc.strerror or str(exc)
+    else:
+        why = os.strerror(exc.errno)
+    return f"cannot listen on {host}:{port}: {why.lower()}"
+
+
+async def listening(start: Awaitable[T], host: str, port: int, setting: str) -> T:
+    """Await ``start`` (a server starting on ``host:port``); CannotListen, naming the
+    address and the ``setting`` that gives it, when the bind fails."""
+    try:
+        return await start
+    except OSError as exc:
+        raise CannotListen(f"{listen_failure(host, port, exc)} ({setting})") from None
+
+
 async def check_redis(store: Store) -> None:
     """Refuse an evicting Redis (RedisRefused); log a warning for one without persistence
     or whose settings cannot be read, and set ``relay_redis_persistence`` (the least
@@ -116,7 +139,10 @@ async def run_worker(
     settings = worker.settings
     exporter = None  # each replica serves its own /metrics when RELAY_METRICS_PORT is set
     if settings.metrics_port:
-        exporter = await metrics.serve(store, settings.host, settings.metrics_port)
+        host, port = settings.host, settings.metrics_port
+        exporter = await listening(
+            metrics.serve(store, host, port), host, port, "--metrics-port, RELAY_METRICS_PORT"
+        )
     sweeper = asyncio.create_task(Retention(store).run(), name="relay-sweeper")
     replays_stop = asyncio.Event()  # reconciliation replay jobs (relay/ops/replays.py)
     replays = asyncio.create_task(ReplayRunner(store).run(replays_stop), name="relay-replays")
@@ -162,7 +188,8 @@ async def open_store(settings: Settings, stop: asyncio.Event) -> Store | None:
 async def serve(
     settings: Settings, *, with_api: bool, with_worker: bool, hooks: TestHooks | None = None
 ) -> None:
-    """Run the API and/or a worker until SIGTERM or SIGINT."""
+    """Run the API and/or a worker until SIGTERM or SIGINT, or until the worker fails
+    (its exception raised here, the API stopped with it)."""
     stop = asyncio.Event()
     _stop_on_signals(stop)
     store = await open_store(settings, stop)
@@ -172,17 +199,24 @@ async def serve(
     tasks = []
     try:
         if with_api:
-            runner = await api_server.start(
-                create_app(settings, store), settings, settings.host, settings.port
+            host, port = settings.host, settings.port
+            runner = await listening(
+                api_server.start(create_app(settings, store), settings, host, port),
+                host,
+                port,
+                "--port, RELAY_PORT",
             )
             log.info(
                 "api.listening",
-                url=f"http://{settings.host}:{settings.port}",
+                url=f"http://{host}:{port}",
                 open_files=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
             )
         if with_worker:
             tasks.append(asyncio.create_task(run_worker(store, stop, hooks=hooks)))
-        await stop.wait()
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        stop.set()
         log.info("shutdown.begin")
         await asyncio.gather(*tasks)
     finally:
@@ -257,6 +291,9 @@ def run(
         run_loop(settings, serve(settings, with_api=with_api, with_worker=with_worker, hooks=hooks))
     except RedisRefused as exc:  # one line, no traceback, exit 1
         print(f"relay: refusing to start on {settings.redis_shown}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except CannotListen as exc:
+        print(f"relay: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     finally:
         tracing.shutdown()  # export the spans still buffered

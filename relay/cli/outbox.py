@@ -35,6 +35,7 @@ async def _serve(settings: Settings, hooks: TestHooks) -> None:
     from relay.ops import metrics
     from relay.queue.errors import NOT_UP
     from relay.queue.store import Store, connect
+    from relay.runner import listening
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -57,7 +58,10 @@ async def _serve(settings: Settings, hooks: TestHooks) -> None:
     exporter = None
     try:
         if settings.metrics_port:
-            exporter = await metrics.serve(store, settings.host, settings.metrics_port)
+            host, port = settings.host, settings.metrics_port
+            exporter = await listening(
+                metrics.serve(store, host, port), host, port, "--metrics-port, RELAY_METRICS_PORT"
+            )
         hook = _crash_hook(hooks.outbox_crash_after)
         await OutboxConnector(store, settings, after_publish=hook).run(stop)
     finally:
@@ -133,12 +137,16 @@ def outbox(
             emit({"replayed": moved}, as_json, lambda d: click.echo(f"replayed {len(moved)}"))
             return
     except psycopg.Error as exc:
-        raise click.ClickException(f"Postgres (RELAY_OUTBOX_DSN): {exc}".strip()) from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise click.ClickException(f"Postgres (RELAY_OUTBOX_DSN): {first}") from None
     from relay import logs
-    from relay.runner import run_loop
+    from relay.runner import CannotListen, run_loop
 
     logs.configure(settings.log_format, settings.log_level)
-    run_loop(settings, _serve(settings, TestHooks.from_env()))
+    try:
+        run_loop(settings, _serve(settings, TestHooks.from_env()))
+    except CannotListen as exc:
+        raise click.ClickException(f"relay outbox: {exc}") from None
 
 
 def _row_id(raw: str) -> int:

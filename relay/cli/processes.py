@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from relay.cli.output import BadSetting, settings_from_env
+from relay.domain import ed25519, signing
 from relay.settings import DEV_DIR, Settings, SettingsError, TestHooks
 
 
@@ -93,6 +95,16 @@ def dev(host: str | None, port: int | None, data_dir: Path, private_redis: bool 
         raise click.ClickException(f"relay dev: {str(exc).splitlines()[0]}") from None
 
 
+def _checked(parse: Callable[[str], object], value: str | None) -> str | None:
+    """``value`` when ``parse`` takes it (or it is not given); else a usage error."""
+    if value is not None:
+        try:
+            parse(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
+
+
 @click.command(short_help="A local demo receiver that prints every webhook.")
 @click.option("--port", type=int, default=9000, show_default=True, help="Port to listen on.")
 @click.option(
@@ -103,18 +115,30 @@ def dev(host: str | None, port: int | None, data_dir: Path, private_redis: bool 
 )
 @click.option(
     "--status",
-    type=int,
+    type=click.IntRange(200, 599),
     default=200,
     show_default=True,
     help="Status code to answer with (e.g. 500 to see retries, 410 to see dead).",
 )
-@click.option("--secret", help="Verify signatures with this whsec_ secret.")
-@click.option("--public-key", help="Verify v1a (ed25519) signatures with this whpk_ key.")
+@click.option(
+    "--secret",
+    callback=lambda ctx, param, value: _checked(signing.secret_bytes, value),
+    help="Verify signatures with this whsec_ secret.",
+)
+@click.option(
+    "--public-key",
+    callback=lambda ctx, param, value: _checked(ed25519.verifying_key, value),
+    help="Verify v1a (ed25519) signatures with this whpk_ key.",
+)
 def receiver(port: int, host: str, status: int, secret: str | None, public_key: str | None) -> None:
     """A demo receiver (on 127.0.0.1 by default) that prints every webhook it gets."""
     from relay.demo import run_receiver
+    from relay.runner import listen_failure
 
-    run_receiver(host=host, port=port, status=status, secret=secret, public_key=public_key)
+    try:
+        run_receiver(host=host, port=port, status=status, secret=secret, public_key=public_key)
+    except OSError as exc:
+        raise click.ClickException(f"relay receiver: {listen_failure(host, port, exc)}") from None
 
 
 COMMANDS = (api, worker, dev, receiver)

@@ -71,12 +71,22 @@ def sign(secrets: Sequence[str], msg_id: str, timestamp: int, body: bytes) -> st
     )
 
 
+def verifying_key(public_key: str) -> Ed25519PublicKey:
+    """The key of a ``whpk_`` value; ValueError when it is not base64 of 32 bytes."""
+    try:
+        raw = base64.b64decode(public_key.removeprefix(PUBLIC_PREFIX), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("ed25519 public key is not valid base64") from exc
+    if len(raw) != SEED_BYTES:
+        raise ValueError(f"ed25519 public key must decode to 32 bytes, got {len(raw)}")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
 def verify(public_key: str, msg_id: str, timestamp: str, body: bytes, header: str) -> bool:
     """True if one ``v1a`` signature of ``header`` is ``public_key``'s over the content
     (the demo receiver's check; the receiving guide has a stand-alone one)."""
     try:
-        raw = base64.b64decode(public_key.removeprefix(PUBLIC_PREFIX), validate=True)
-        key = Ed25519PublicKey.from_public_bytes(raw)
+        key = verifying_key(public_key)
     except ValueError:
         return False
     content = f"{msg_id}.{timestamp}.".encode() + body
