@@ -81,7 +81,7 @@ def test_receiver_bad_flags(tmp_path: Path, args: list[str], named: str) -> None
     assert "Traceback" not in got.stderr and named in got.stderr.splitlines()[-1], got.stderr
 
 
-# ---------------------------------------------------------------- relay api, worker
+# ---------------------------------------------------------------- relay api, worker, dev
 
 
 @pytest.mark.realredis
@@ -96,6 +96,12 @@ def test_worker_metrics_on_a_busy_port(
 ) -> None:
     got = run(tmp_path, "worker", "--metrics-port", str(busy), **redis_env)
     one_line(got, f"127.0.0.1:{busy}", "in use", "RELAY_METRICS_PORT")
+
+
+def test_dev_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    got = run(tmp_path, "dev", "--data-dir", "afile", RELAY_PORT=str(free_port()))
+    one_line(got, "afile")
 
 
 # ---------------------------------------------------------------- relay outbox

@@ -74,7 +74,11 @@ def dev(host: str | None, port: int | None, data_dir: Path, private_redis: bool 
     dead, ...) run from the same folder find it; the record is removed when dev stops.
     Makes an API token when none is set (DATA_DIR/api-token); allows endpoints on
     loopback and private networks unless RELAY_ALLOW_PRIVATE_NETWORKS says otherwise.
+
+    Before it starts anything it refuses, in one line, a DATA_DIR another relay dev runs
+    on (DATA_DIR/dev.lock names it) and a port already taken.
     """
+    from relay.cli.devstart import check_port, hold_folder
     from relay.redisproc import RedisBinaryMissing
     from relay.runner import run_dev
 
@@ -89,10 +93,16 @@ def dev(host: str | None, port: int | None, data_dir: Path, private_redis: bool 
             "RELAY_REDIS_URL is set, so relay dev uses it: unset it to use a private Redis "
             "(--private-redis / RELAY_DEV_PRIVATE_REDIS=1)"
         )
+    lock = hold_folder(data_dir, f"http://{settings.host}:{settings.port}")
     try:
+        check_port(settings.host, settings.port)
         run_dev(settings, data_dir=data_dir)
     except (RedisBinaryMissing, RuntimeError) as exc:
         raise click.ClickException(f"relay dev: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:  # the data folder's files
+        raise click.ClickException(f"relay dev: {exc}") from None
+    finally:
+        lock.close()
 
 
 def _checked(parse: Callable[[str], object], value: str | None) -> str | None:
