@@ -45,16 +45,19 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-async def _until_up(stop: asyncio.Event, ask: Callable[[], Awaitable[T]]) -> tuple[bool, T | None]:
+async def _until_up(
+    stop: asyncio.Event, ask: Callable[[], Awaitable[T]], redis: str
+) -> tuple[bool, T | None]:
     """``ask()``, again while Redis is down or loading (a process started or restarted
-    during a Redis restart or a failover waits for it rather than exiting):
-    ``(True, its answer)``, or ``(False, None)`` when stopped first."""
+    during a Redis restart or a failover waits for it rather than exiting), logging which
+    Redis it waits for (``redis``, its password hidden): ``(True, its answer)``, or
+    ``(False, None)`` when stopped first."""
     delay = 0.1
     while True:
         try:
             return True, await ask()
         except NOT_UP as exc:
-            log.warning("redis.unavailable", error=str(exc), retry_in_s=delay)
+            log.warning("redis.unavailable", redis=redis, error=str(exc), retry_in_s=delay)
         try:
             await asyncio.wait_for(stop.wait(), delay)
             return False, None
@@ -165,11 +168,12 @@ async def open_store(settings: Settings, stop: asyncio.Event) -> Store | None:
     left (RedisRefused). The layout probe waits too: a process started during a failover
     never runs on a Redis it could not check."""
     store = Store(connect(settings), settings)
-    up, _ = await _until_up(stop, store.start)  # the scripts loaded
+    shown = settings.redis_shown
+    up, _ = await _until_up(stop, store.start, shown)  # the scripts loaded
     try:
         if up:
             await check_redis(store)
-            up, old = await _until_up(stop, store.legacy_left)
+            up, old = await _until_up(stop, store.legacy_left, shown)
             if old:
                 raise RedisRefused(
                     f"it holds relay's key layout {old} under the prefix "

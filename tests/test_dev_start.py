@@ -1,5 +1,5 @@
 """What `relay dev` checks before it starts anything: its folder is not another running
-`relay dev`'s, its API port is free.
+`relay dev`'s, its API port is free, the Redis it is given answers (within --redis-wait).
 Each refusal is one line on stderr and a non-zero exit, and touches no file of another
 instance. Real `relay` processes, run from a temporary folder.
 """
@@ -107,3 +107,44 @@ def test_dev_on_a_busy_port_starts_nothing(tmp_path: Path, listener: int) -> Non
     assert f"127.0.0.1:{listener}" in line and "in use" in line, line
     assert not (tmp_path / ".relay" / "redis").exists()  # no redis-server was started
     assert not (tmp_path / ".relay" / "redis-url").exists()
+
+
+def test_dev_gives_up_on_an_unreachable_redis_naming_it(tmp_path: Path) -> None:
+    closed = free_port()
+    env = clean_env(
+        RELAY_PORT=str(free_port()), RELAY_REDIS_URL=f"redis://:s3cret@127.0.0.1:{closed}/0"
+    )
+    shown = f"redis://:***@127.0.0.1:{closed}/0"
+    try:
+        got = relay(tmp_path, env, "dev", "--redis-wait", "1", within=30)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"relay dev still waiting after 30 s: {exc.stderr!r}") from None
+    assert got.returncode != 0
+    assert "Traceback" not in got.stderr and "s3cret" not in got.stderr
+    said = lines_of(got.stderr)
+    assert len(said) == 2, got.stderr  # waiting for it, then giving up
+    assert "waiting" in said[0] and shown in said[0] and "--redis-wait" in said[0], said[0]
+    assert "cannot reach Redis" in said[1] and shown in said[1] and "1s" in said[1], said[1]
+    assert not (tmp_path / ".relay" / "redis-url").exists()
+
+    at_once = relay(tmp_path, env, "dev", "--redis-wait", "0", within=30)
+    assert at_once.returncode != 0
+    (line,) = lines_of(at_once.stderr)
+    assert "cannot reach Redis" in line and shown in line, line
+
+
+def test_worker_waiting_for_redis_says_which(tmp_path: Path) -> None:
+    closed = free_port()
+    env = clean_env(RELAY_REDIS_URL=f"redis://:s3cret@127.0.0.1:{closed}/0")
+    worker = subprocess.Popen(
+        [*RELAY, "worker"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert worker.stderr is not None
+        first = orjson.loads(worker.stderr.readline())
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, rest = worker.communicate(timeout=30)
+    assert first["event"] == "redis.unavailable", first
+    assert first["redis"] == f"redis://:***@127.0.0.1:{closed}/0 (from RELAY_REDIS_URL)"
+    assert "s3cret" not in rest and worker.returncode == 0, rest

@@ -1,5 +1,5 @@
 """What ``relay dev`` checks before it starts anything: that no other ``relay dev`` runs
-on its data folder, and that its API port is free.
+on its data folder, that its API port is free, and that the Redis it is given answers.
 
 Each refusal is a :class:`click.ClickException` (one line, exit 1), raised before a
 redis-server is started or a file other than the lock is written, so a second
@@ -8,15 +8,20 @@ redis-server is started or a file other than the lock is written, so a second
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 from typing import IO
 
 import click
 
+from relay.queue.errors import NO_ANSWER
+from relay.queue.store import Store, connect
 from relay.runner import listen_failure
+from relay.settings import Settings
 
 LOCK_FILE = "dev.lock"  # in the data folder: held (flock) by the relay dev running on it
 
@@ -57,6 +62,40 @@ def check_port(host: str, port: int) -> None:
         raise click.ClickException(
             f"relay dev: {listen_failure(host, port, exc)} (--port, RELAY_PORT)"
         ) from None
+
+
+async def _ping(settings: Settings) -> None:
+    store = Store(connect(settings), settings)
+    try:
+        await store.ping()
+    finally:
+        await store.close()
+
+
+def wait_for_redis(settings: Settings, wait: float) -> None:
+    """Return once the Redis of ``settings`` answers PING; after the first miss, say once
+    which Redis relay dev waits for; refuse when it has not answered after ``wait``
+    seconds."""
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        try:
+            asyncio.run(_ping(settings))
+            return
+        except NO_ANSWER as exc:
+            error = (str(exc).strip().splitlines() or [type(exc).__name__])[0].rstrip(".")
+        if time.monotonic() >= deadline:
+            raise click.ClickException(
+                f"relay dev: cannot reach Redis at {settings.redis_shown} after {wait:g}s: {error}"
+            )
+        if not said:
+            click.echo(
+                f"relay dev: waiting for Redis at {settings.redis_shown}: {error}; giving up "
+                f"after {wait:g}s (--redis-wait SECONDS)",
+                err=True,
+            )
+            said = True
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def _reason(exc: OSError) -> str:

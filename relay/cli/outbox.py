@@ -48,7 +48,10 @@ async def _serve(settings: Settings, hooks: TestHooks) -> None:
             await store.start()
             break
         except NOT_UP as exc:
-            print(f"relay outbox: Redis unavailable ({exc}); retrying", file=sys.stderr)
+            print(
+                f"relay outbox: Redis {settings.redis_shown} unavailable ({exc}); retrying",
+                file=sys.stderr,
+            )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay)
         if stop.is_set():

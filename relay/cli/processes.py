@@ -64,7 +64,21 @@ def worker(concurrency: int | None, metrics_port: int | None) -> None:
     help="Always start a private redis-server, even when one answers on the default URL "
     "(RELAY_DEV_PRIVATE_REDIS=1; `make run PRIVATE_REDIS=1`).",
 )
-def dev(host: str | None, port: int | None, data_dir: Path, private_redis: bool | None) -> None:
+@click.option(
+    "--redis-wait",
+    type=click.FloatRange(min=0),
+    default=30,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for the Redis RELAY_REDIS_URL names before giving up.",
+)
+def dev(
+    host: str | None,
+    port: int | None,
+    data_dir: Path,
+    private_redis: bool | None,
+    redis_wait: float,
+) -> None:
     """API and worker in one process, for a laptop.
 
     Uses RELAY_REDIS_URL when set; else the Redis answering on the default URL
@@ -76,9 +90,10 @@ def dev(host: str | None, port: int | None, data_dir: Path, private_redis: bool 
     loopback and private networks unless RELAY_ALLOW_PRIVATE_NETWORKS says otherwise.
 
     Before it starts anything it refuses, in one line, a DATA_DIR another relay dev runs
-    on (DATA_DIR/dev.lock names it) and a port already taken.
+    on (DATA_DIR/dev.lock names it), a port already taken, and a RELAY_REDIS_URL that
+    has not answered within --redis-wait seconds.
     """
-    from relay.cli.devstart import check_port, hold_folder
+    from relay.cli.devstart import check_port, hold_folder, wait_for_redis
     from relay.redisproc import RedisBinaryMissing
     from relay.runner import run_dev
 
@@ -96,6 +111,8 @@ def dev(host: str | None, port: int | None, data_dir: Path, private_redis: bool 
     lock = hold_folder(data_dir, f"http://{settings.host}:{settings.port}")
     try:
         check_port(settings.host, settings.port)
+        if settings.redis_url_given:
+            wait_for_redis(settings, redis_wait)
         run_dev(settings, data_dir=data_dir)
     except (RedisBinaryMissing, RuntimeError) as exc:
         raise click.ClickException(f"relay dev: {str(exc).splitlines()[0]}") from None

@@ -18,6 +18,7 @@ from redis.exceptions import (
     MasterDownError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     ResponseError,
     TryAgainError,
 )
@@ -73,6 +74,9 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 
 # A process starting while Redis is down (or restarting) waits for it.
 NOT_UP: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+
+# A PING that got no answer: NOT_UP, or a Redis Cluster client with no node reachable.
+NO_ANSWER: tuple[type[BaseException], ...] = (*NOT_UP, RedisClusterException)
 
 # A worker's outcome write rides these out (until its lease is nearly over).
 TRANSIENT_WRITE: tuple[type[BaseException], ...] = (*UNAVAILABLE, OSError)
