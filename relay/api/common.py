@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from relay.api import access, bodies
 from relay.domain import jsonlimits
+from relay.domain.schema import refusal
 from relay.endpoints.cache import EndpointCache
 from relay.endpoints.catalog import EventTypeCache
 from relay.publishing import Publisher
@@ -65,20 +66,11 @@ def json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
-def _describe(exc: ValidationError) -> tuple[str, list[dict[str, Any]]]:
-    details = [
-        {"field": ".".join(str(p) for p in e["loc"]) or "body", "message": e["msg"]}
-        for e in exc.errors(include_url=False, include_input=False)
-    ]
-    text = "; ".join(f"{d['field']}: {d['message']}" for d in details[:5])
-    return text, details
-
-
 def validate(model: type[M], data: Any) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        text, details = _describe(exc)
+        text, details = refusal(exc)
         bad_filter = any(e["type"] == "filter_invalid" for e in exc.errors())
         code = "filter_invalid" if bad_filter else "validation_error"
         raise ApiError(422, code, text, details=details) from None

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from relay.cli.output import emit, print_rows, with_store
 from relay.domain import signing
 from relay.domain.replayspec import ReplayIn
+from relay.domain.schema import refusal
 from relay.ops.replays import ReplayNotRunning, Replays
 from relay.queue.store import Store
 
@@ -42,9 +43,7 @@ def job_spec(
             dry_run=dry_run,
         )
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "range"
-        raise click.UsageError(f"{where}: {first['msg']}") from None
+        raise click.UsageError(refusal(exc, whole="range", most=1)[0]) from None
 
 
 async def _start(store: Store, spec: ReplayIn, wait: bool, as_json: bool) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from psycopg.rows import dict_row
 from pydantic import ValidationError
 
 from relay.connectors import outbox_schema as q
-from relay.domain.schema import EventIn
+from relay.domain.schema import EventIn, refusal
 from relay.ops import metrics
 from relay.publishing import Publisher, PublishError
 from relay.queue.errors import is_transient
@@ -278,6 +278,4 @@ async def _first(*events: asyncio.Event, within: float) -> None:
 
 
 def _errors(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or 'row'}: {e['msg']}" for e in exc.errors()[:5]
-    )
+    return refusal(exc, whole="row")[0]

@@ -10,7 +10,7 @@ import re
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from yarl import URL
 
@@ -285,3 +285,27 @@ class EventIn(StrictBody):
         if v is not None and not v.isprintable():
             raise ValueError("ordering_key must be printable characters (no control characters)")
         return v
+
+
+# what pydantic puts before the message of a ValueError or AssertionError a validator raised
+_PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def refusal(exc: ValidationError, whole: str = "body", most: int = 5) -> tuple[str, list[Any]]:
+    """How a refused input reads: one text of at most ``most`` errors, and the details
+    ``[{"field": dotted path, "message": ...}]`` (``whole``: the error of the model itself).
+    Messages lose pydantic's "Value error, " prefix, and the text names a field only
+    where its message does not start with the field already ("filter is not valid CEL")."""
+    details = []
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False):
+        loc = error["loc"]
+        where = ".".join(str(p) for p in loc) or whole
+        message = error["msg"]
+        for prefix in _PYDANTIC_PREFIXES:
+            message = message.removeprefix(prefix)
+        details.append({"field": where, "message": message})
+        named = str(loc[-1]) if loc else whole
+        said = message.startswith((f"{named} ", f"{where} "))
+        parts.append(message if said else f"{where}: {message}")
+    return "; ".join(parts[:most]), details
