@@ -4,8 +4,9 @@ One ``relay worker`` process (1 s lease) claims the head of a 5-event lane; the
 receiver holds that request open, and the process is killed with SIGKILL while it
 waits. Another process then starts. The head is sent again once its lease ran out
 (reclaim puts it back in due, still the head) and only after it succeeded does the
-next one go: the lane's requests are 0 (lost with the killed worker), 0, 1, 2, 3, 4,
-never two at once.
+next one go: the lane's requests are 0 (read and answered by the receiver, to a worker
+that is gone), 0, 1, 2, 3, 4, never two at once: the receiver sees the head twice, one
+duplicate for the one lease reclaimed (at-least-once; receivers dedupe on webhook-id).
 
 Fails in a scratch copy of the tree whose claim.lua pops the lane and makes the next one
 due at claim time (the lane advancing on claim, not on the outcome): the lane runs ahead
@@ -112,6 +113,10 @@ async def test_a_killed_head_holder_is_not_overtaken(
         assert [h.n for h in sorted(rec.hits, key=lambda h: h.start)] == [0, 0, 1, 2, 3, 4]
         assert lane_problems(rec.hits, expected) == []
         assert rec.overlaps == []
+        # the killed worker's request was processed all the same: the same delivery twice
+        heads = [h for h in rec.hits if h.n == 0]
+        assert [h.status for h in heads] == [200, 200]
+        assert heads[0].delivery == heads[1].delivery
         assert (await store.stats())["reclaimed_total"] == 1
     finally:
         await rec.stop()
