@@ -7,6 +7,7 @@ A small resolver of the kustomization in Python (always runs), compared with
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_deploy import K8S, ROOT, _config_env, _docs, _find
+from test_deploy import DEPLOY, K8S, ROOT, _config_env, _docs, _find
 
 from relay.settings import Settings
 
@@ -30,7 +31,7 @@ def _render_kustomization(folder: Path, docs: list[dict[str, Any]] | None = None
     Anything else it does not understand fails, so it never renders something kubectl
     would not."""
     k = yaml.safe_load((folder / "kustomization.yaml").read_text())
-    known = {"apiVersion", "kind", "resources", "components", "patches", "images"}
+    known = {"apiVersion", "kind", "namespace", "resources", "components", "patches", "images"}
     assert set(k) <= known, f"{folder}: resolver does not handle {set(k) - known}"
     docs = [] if docs is None else docs
     for entry in k.get("resources", []):
@@ -50,6 +51,9 @@ def _render_kustomization(folder: Path, docs: list[dict[str, Any]] | None = None
         before = len(docs)
         docs = [d for d in docs if (d["kind"], d["metadata"]["name"]) != key]
         assert len(docs) == before - 1, f"patch deletes nothing: {key}"
+    if "namespace" in k:
+        for d in docs:
+            d["metadata"]["namespace"] = k["namespace"]
     return docs
 
 
@@ -124,3 +128,61 @@ def test_resolver_agrees_with_kubectl(tmp_path: Path, with_keda: bool) -> None:
     rendered = [d for d in yaml.safe_load_all(out.stdout) if d]
     assert _kinds_names(rendered) == _kinds_names(_render_kustomization(tmp_path))
     assert "Secret" not in {d["kind"] for d in rendered}
+
+
+def _kubectl_render(folder: Path) -> list[dict[str, Any]] | None:
+    """``kubectl kustomize folder``, or None without kubectl."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    out = subprocess.run(
+        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_keda_and_sentinel_are_components_and_called_so() -> None:
+    """deploy/k8s/keda and deploy/k8s/sentinel are kustomize Components (listed under an
+    overlay's `components:`, never applied alone): no doc or manifest calls them overlays."""
+    for name in ("keda", "sentinel"):
+        kind = yaml.safe_load((K8S / name / "kustomization.yaml").read_text())["kind"]
+        assert kind == "Component"
+    texts = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    texts += [p for p in DEPLOY.rglob("*") if p.is_file()]
+    wrong = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in texts
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\b(keda|sentinel)\b\S*\s+overlay", line, re.IGNORECASE)
+    ]
+    assert wrong == []
+
+
+def test_the_documented_overlay_combines_both_components(tmp_path: Path) -> None:
+    """docs/operating/kubernetes.md's overlay, beside a checkout of relay, with its Ingress copy:
+    the base with both components renders KEDA's ScaledObject instead of the HPA and
+    the Sentinel-watched Redis instead of the single node, in the overlay's namespace."""
+    text = (ROOT / "docs" / "operating" / "kubernetes.md").read_text()
+    (example,) = re.findall(r"```yaml\n(# my-relay/kustomization\.yaml.*?)```", text, re.S)
+    overlay = tmp_path / "my-relay"
+    overlay.mkdir()
+    (tmp_path / "relay").symlink_to(ROOT)
+    (overlay / "kustomization.yaml").write_text(example)
+    shutil.copy(K8S / "ingress.example.yaml", overlay / "ingress.yaml")
+    assert yaml.safe_load(example)["components"] == [
+        "../relay/deploy/k8s/keda",
+        "../relay/deploy/k8s/sentinel",
+    ]
+    docs = _render_kustomization(overlay)
+    got = set(_kinds_names(docs))
+    assert {("ScaledObject", "relay-worker"), ("StatefulSet", "relay-redis-ha")} <= got
+    assert ("Ingress", "relay-api") in got
+    assert "HorizontalPodAutoscaler" not in {kind for kind, _ in got}
+    assert not {("StatefulSet", "relay-redis"), ("Service", "relay-redis")} & got
+    config = next(d for d in docs if d["metadata"]["name"] == "relay-config")
+    assert config["data"]["RELAY_REDIS_SENTINELS"]
+    assert {d["metadata"]["namespace"] for d in docs} == {"relay"}
+    rendered = _kubectl_render(overlay)  # the offline render, checked by kustomize itself
+    if rendered is not None:
+        assert _kinds_names(rendered) == _kinds_names(docs)
