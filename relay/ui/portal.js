@@ -139,14 +139,17 @@
         renderEndpoints();
       };
       const disarm = act("Cancel", () => { state.armed = null; renderEndpoints(); }, { class: "btn small ghost" });
+      // The text (address, state; id, description, limit, types) beside the buttons where
+      // the width allows, the buttons below it where it does not.
       return el("li", { class: "p-ep", dataset: { id: ep.id } },
-        el("div", { class: "p-ep-top" },
-          el("span", { class: "p-ep-url", title: ep.url }, ep.url),
-          ep.enabled ? badge("enabled", "succeeded") : badge("disabled", "disabled"),
-          b && b !== "closed" ? el("span", { title: ep.breaker.open_until ? `until ${iso(ep.breaker.open_until)}` : "" }, badge(`failing: ${b.replace("_", "-")}`, b)) : null),
-        el("div", { class: "sub-line" }, el("span", { class: "mono" }, ep.id), ep.description ? ` · ${ep.description}` : "",
-          ep.rate_limit ? ` · at most ${num(ep.rate_limit)}/s` : ""),
-        el("div", {}, ep.event_types.map((t) => el("span", { class: "chip" }, t))),
+        el("div", { class: "p-ep-main" },
+          el("div", { class: "p-ep-top" },
+            el("span", { class: "p-ep-url", title: ep.url }, ep.url),
+            ep.enabled ? badge("enabled", "succeeded") : badge("disabled", "disabled"),
+            b && b !== "closed" ? el("span", { title: ep.breaker.open_until ? `until ${iso(ep.breaker.open_until)}` : "" }, badge(`failing: ${b.replace("_", "-")}`, b)) : null),
+          el("div", { class: "sub-line" }, el("span", { class: "mono" }, ep.id), ep.description ? ` · ${ep.description}` : "",
+            ep.rate_limit ? ` · at most ${num(ep.rate_limit)}/s` : "", " ",
+            ep.event_types.map((t) => el("span", { class: "chip" }, t)))),
         secret ? el("div", { class: "p-secret", dataset: { secret: ep.id } },
           el("span", { class: "muted" }, "Signing secret"), el("code", {}, secret.secret),
           secret.note ? el("span", { class: "muted small" }, secret.note) : null,
@@ -382,7 +385,7 @@
     const ep = state.endpoints.get(d.endpoint_id);
     const rows = [["Event type", d.type], ["Event", el("span", { class: "mono" }, d.event_id)],
       ["Endpoint", ep ? label(ep) : d.endpoint_id], ["Attempts", `${d.attempts} of ${d.max_attempts}`],
-      ["Created", `${iso(d.created_at)} · ${ago(d.created_at)}`], ["Status", when(d)]];
+      ["Created", `${iso(d.created_at)} · ${ago(d.created_at)}`], ["Status", el("span", {}, badge(d.status), " ", when(d))]];
     $("p-d-summary").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
     const log = d.attempt_log || [];
     $("p-d-log-empty").hidden = log.length > 0;
