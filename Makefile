@@ -4,14 +4,14 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test lint docs setup crash bench screenshots clean
+.PHONY: run test test-unit test-redis test-system lint docs setup crash bench screenshots clean
 
 $(STAMP): pyproject.toml tools/package-lock.json
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[test,docs]'
-	@# Redocly's OpenAPI linter (tests/test_openapi.py), pinned in tools/package-lock.json
+	@# Redocly's OpenAPI linter (tests/system/test_openapi.py), pinned in tools/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tools --no-audit --no-fund --silent; \
-	else echo "npm not found: tests/test_openapi.py will skip Redocly's lint"; fi
+	else echo "npm not found: tests/system/test_openapi.py will skip Redocly's lint"; fi
 	@touch $(STAMP)
 
 setup: $(STAMP)
@@ -30,11 +30,17 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# every tier (tests/README.md); `make test-unit` and the like run one tier alone
 test: $(STAMP) lint docs
 	$(BIN)/pytest -q
 
+test-unit test-redis test-system: test-%: $(STAMP)
+	$(BIN)/pytest -q tests/$*
+
 screenshots: $(STAMP)
-	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/test_browser.py tests/test_browser_types.py tests/test_portal_browser.py
+	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q \
+	  tests/system/test_browser.py tests/system/test_browser_types.py \
+	  tests/system/test_portal_browser.py
 
 crash: $(STAMP)
 	$(BIN)/python scripts/crash.py

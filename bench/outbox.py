@@ -2,7 +2,7 @@
 commit-to-receipt latency (a backend's COMMIT to the webhook arriving at a receiver).
 
 On 127.0.0.1: a fresh redis-server (no append-only file, like the rest of the bench), a
-private PostgreSQL (``tests/pg.py``; fsync off: this measures the connector, not the
+private PostgreSQL (``tests/helpers/pg.py``; fsync off: this measures the connector, not the
 disk), one ``relay outbox`` process, one ``relay worker`` process for the latency part,
 and a receiver in this process (so commit and receipt are read on one clock).
 

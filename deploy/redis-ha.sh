@@ -1,7 +1,7 @@
 #!/bin/sh
 # Start one node of relay's replicated Redis (1 primary, replicas, Sentinels), as used
 # by deploy/docker-compose.sentinel.yml and deploy/k8s/sentinel/ (which embeds a verbatim
-# copy of this file; tests/test_deploy_ha.py checks the copy and runs this script against
+# copy of this file; tests/system/test_deploy_ha.py checks the copy and runs this script against
 # real redis-server processes, failover included).
 #
 #   redis-ha.sh redis [redis-server options]      a Redis node: the primary Sentinel

@@ -1,7 +1,7 @@
 """Crash injection with Sentinel failover (``make crash``, after the single-Redis rounds).
 
 Per round, everything on 127.0.0.1 and in a temporary directory: the topology of
-``tests/sentinel.py`` (1 primary, 2 replicas, 3 Sentinels, every node ``appendonly yes``
+``tests/helpers/sentinel.py`` (1 primary, 2 replicas, 3 Sentinels, every node ``appendonly yes``
 with ``appendfsync always``), an API process and ``--workers`` worker processes given
 ``RELAY_REDIS_SENTINELS`` (so they find the primary through Sentinel), a recording
 receiver; the events are published as in ``scripts/crash.py`` (a publish without a
@@ -71,13 +71,13 @@ import orjson
 import redis.asyncio as aioredis
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "tests"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 
 from crash import Config, Round  # noqa: E402
 from crash_report import print_table  # noqa: E402
-from sentinel import SentinelTopology  # noqa: E402
 
 from relay.settings import Settings  # noqa: E402
+from tests.helpers.sentinel import SentinelTopology  # noqa: E402
 
 ACK_SUPPORTED = "ack_replicas" in Settings.__dataclass_fields__
 BEFORE_KILL = 1.0  # seconds: a copy this long before a kill may rest on an unreplicated claim

@@ -1,7 +1,7 @@
 """The outbox round of the crash-injection suite (``make crash``; a short one in ``make test``).
 
 Everything on 127.0.0.1 in a temporary directory: a redis-server (append-only file,
-fsync always), a private PostgreSQL (``tests/pg.py``: initdb + postgres on a free port),
+fsync always), a private PostgreSQL (``tests/helpers/pg.py``: initdb + postgres on a free port),
 ``--connectors`` ``relay outbox`` processes, ``--workers`` ``relay worker`` processes and
 a recording receiver in this process. A writer commits transactions of 1-10 outbox rows
 and rolls back about one in five, while a random connector or worker is SIGKILLed every
@@ -43,9 +43,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from pg import PgServer, pg_bindir  # noqa: E402
+sys.path[:0] = [str(ROOT)]
 
 from relay.connectors import outbox_admin, outbox_schema  # noqa: E402
 from relay.domain import eventrecord  # noqa: E402
@@ -53,6 +51,7 @@ from relay.domain.schema import endpoint_record  # noqa: E402
 from relay.queue.store import Store, connect  # noqa: E402
 from relay.redisproc import RedisServer, free_port  # noqa: E402
 from relay.settings import Settings  # noqa: E402
+from tests.helpers.pg import PgServer, pg_bindir  # noqa: E402
 
 TABLE = "crash_outbox"
 PREFIX = "crashob"

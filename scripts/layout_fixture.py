@@ -10,7 +10,7 @@ exactly what that code wrote (layout v1: b578a53; v2: 2c4c814, before v3):
 ``redis-server`` and a loopback receiver, publishes through ``Publisher`` and delivers
 through ``Worker`` (succeeded, retried then dead, ordered lanes, pending, an event no
 endpoint takes), then dumps every key with its type, TTL and value, and what the v1 code
-itself answered for every event and delivery: ``tests/test_migrate.py`` holds
+itself answered for every event and delivery: ``tests/system/test_migrate.py`` holds
 ``relay migrate`` and today's code to those answers.
 """
 

@@ -1,4 +1,4 @@
-"""Shared fixtures.
+"""Fixtures for every tier (plain helpers are in ``tests/helpers/``; tests/README.md).
 
 * ``redis_server``: one real ``redis-server`` per test session (free port, temp dir),
   from the binary when there is one, else testcontainers when Docker answers; with
@@ -7,27 +7,34 @@
   its own key prefix (no flushing), so tests never see each other's keys.
 * ``fake_store``: the same Store on fakeredis, which runs the same Lua scripts.
 * ``receiver``: a local aiohttp receiver on 127.0.0.1 that records every request.
+* ``backend`` / ``st`` (``tests/helpers/store.py``): a contract test on both backends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import fakeredis
 import pytest
 from aiohttp import web
 
-from relay.domain import ids, signing
 from relay.queue.store import Store, connect
-from relay.redisproc import RedisCluster, RedisServer, SlotControl, free_port, redis_binary
-from relay.settings import Settings
+from relay.redisproc import RedisCluster, RedisServer, free_port, redis_binary
+from tests.helpers import (
+    ClusterHandle,
+    Received,
+    Receiver,
+    StoreFactory,
+    make_settings,
+)
+
+# the store contract fixtures (`st` on fakeredis and real Redis), for every tier
+pytest_plugins = ["tests.helpers.store"]
 
 INSTALL_HINT = (
     "no redis-server binary and no Docker for testcontainers: install Redis "
@@ -78,9 +85,9 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisHand
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Any]:
-    """A private PostgreSQL (tests/pg.py) for the session; FAILS when none can start."""
-    from pg import INSTALL_HINT as PG_HINT
-    from pg import PgServer, pg_bindir
+    """A private PostgreSQL (tests/helpers/pg.py) for the session; FAILS when none can start."""
+    from tests.helpers.pg import INSTALL_HINT as PG_HINT
+    from tests.helpers.pg import PgServer, pg_bindir
 
     bindir = pg_bindir()
     if bindir is None:
@@ -91,23 +98,6 @@ def pg_server() -> Iterator[Any]:
         yield server
     finally:
         server.stop()
-
-
-class ClusterHandle(SlotControl):
-    """The ``redis_cluster`` fixture: 3 masters, shard tags {s0} {s1} {s2} on 3 nodes.
-
-    Slot control for tests comes from :class:`relay.redisproc.SlotControl`; its clients
-    are synchronous: call them through ``asyncio.to_thread`` beside a running worker.
-    """
-
-    TAGS = ("{s0}", "{s1}", "{s2}")
-
-    def __init__(self, cluster: RedisCluster) -> None:
-        super().__init__(cluster)
-        self.url = cluster.url
-
-    def spread_shards(self) -> None:
-        self.spread(self.TAGS)
 
 
 @pytest.fixture(scope="session")
@@ -148,26 +138,6 @@ async def cluster_store(redis_cluster: ClusterHandle) -> AsyncIterator[StoreFact
         await s.close()
 
 
-def make_settings(**overrides: Any) -> Settings:
-    """Settings for tests: own key prefix, loopback allowed, fast retries."""
-    values: dict[str, Any] = {
-        "key_prefix": "t" + uuid.uuid4().hex[:10],
-        "allow_private_networks": True,
-        "retry_schedule": (0.05, 0.1),
-        "retry_jitter": 0.0,
-        "http_timeout": 5.0,
-        "lease_seconds": 5.0,
-        "api_tokens": ("test-token",),
-        "shutdown_grace": 5.0,
-        "worker_id": "w-" + uuid.uuid4().hex[:6],
-    }
-    values.update(overrides)
-    return Settings(**values)
-
-
-StoreFactory = Callable[..., Store]
-
-
 @pytest.fixture
 async def make_store(redis_server: RedisHandle) -> AsyncIterator[StoreFactory]:
     """``make_store(**settings)`` -> a started Store on the session's real Redis."""
@@ -203,35 +173,6 @@ async def fake_store() -> AsyncIterator[Store]:
     await store.close()
 
 
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-    at: float
-
-
-@dataclass
-class Receiver:
-    """Records requests; ``responses[path]`` decides the answer (default 200)."""
-
-    url: str
-    requests: list[Received] = field(default_factory=list)
-    responses: dict[str, Callable[[web.Request], Any]] = field(default_factory=dict)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def for_path(self, path: str) -> list[Received]:
-        return [r for r in self.requests if r.path == path]
-
-    async def wait_for(self, count: int, within: float = 10.0, path: str | None = None) -> None:
-        async def enough() -> None:
-            while len(self.for_path(path) if path else self.requests) < count:
-                self.arrived.clear()
-                await self.arrived.wait()
-
-        await asyncio.wait_for(enough(), within)
-
-
 @pytest.fixture
 async def receiver() -> AsyncIterator[Receiver]:
     rec = Receiver(url="")
@@ -263,55 +204,6 @@ async def receiver() -> AsyncIterator[Receiver]:
 def pytest_report_header(config: pytest.Config) -> str:
     binary = redis_binary()
     return f"redis-server: {binary or 'not found'}; docker: {shutil.which('docker') or 'no'}"
-
-
-__all__ = ["Path", "Receiver", "RedisHandle", "event_ids", "make_settings", "publish_event"]
-
-
-async def publish_event(
-    store: Store,
-    endpoint_ids: list[str],
-    *,
-    shard: int = 0,
-    event_type: str = "order.paid",
-    payload: bytes = b'{"n":1}',
-    created_ms: int | None = None,
-    idempotency: tuple[str, bytes] | None = None,
-    app: str = "default",
-) -> tuple[str, list[str], str | None]:
-    """One event to ``endpoint_ids`` through ``Store.publish``, with ids as
-    ``relay.publishing`` makes them (layout v3: the delivery ids derive from the event's,
-    so the deliveries have no hash until their first claim). Returns the event id, the
-    delivery ids and what ``Store.publish`` returned (the taken idempotency value, or None)."""
-    now = created_ms or int(time.time() * 1000)
-    event_id = ids.new_event_id(shard, now)
-    deliveries = [(ids.delivery_id(event_id, i), e) for i, e in enumerate(endpoint_ids)]
-    taken = await store.publish(
-        shard=shard,
-        event_id=event_id,
-        event_type=event_type,
-        app=app,
-        body=signing.build_body(event_id, event_type, now, payload),
-        created_ms=now,
-        deliveries=deliveries,
-        idempotency=idempotency,
-    )
-    return event_id, [d for d, _ in deliveries], taken
-
-
-async def event_ids(store: Store, shard: int | None = None) -> list[str]:
-    """The ids of the events kept in Redis that have deliveries (one shard, or all): the
-    events index of layout v3, each checked against its event key."""
-    shards = store.keys.all_shards() if shard is None else [store.keys.shard(shard)]
-    found: set[str] = set()
-    for sk in shards:
-        events = set(await store.redis.zrange(sk.events, 0, -1))
-        async with store.redis.pipeline(transaction=False) as pipe:
-            for e in sorted(events):
-                pipe.exists(sk.event(e))
-            kept = await pipe.execute()
-        found |= {e for e, k in zip(sorted(events), kept, strict=True) if k}
-    return sorted(found)
 
 
 @dataclass

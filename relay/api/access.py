@@ -2,7 +2,7 @@
 
 Every ``/v1`` route has one line in :data:`RULES` (``"METHOD /path"`` -> a
 :class:`relay.domain.access.Rule`); a route without one is the operator's only (fail
-closed), and ``tests/test_access.py`` fails until it gets a line there and a row in its
+closed), and ``tests/redis/test_access.py`` fails until it gets a line there and a row in its
 own table. The middleware (:func:`authorize`, called by
 ``relay.api.common.errors_and_auth``) decides everything before the handler runs:
 
@@ -41,7 +41,7 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 READ, MANAGE, PUBLISH = Rule("read"), Rule("manage"), Rule("publish")
 
 # One line per /v1 route. Adding a route means adding its line here (and a row in
-# tests/test_access.py's table).
+# tests/redis/test_access.py's table).
 RULES: dict[str, Rule] = {
     "POST /v1/endpoints": MANAGE,
     "GET /v1/endpoints": READ,

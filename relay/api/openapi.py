@@ -3,7 +3,7 @@
 Each operation gets its ``operationId``, tag and summary from its route, its description
 from the handler's docstring, and its error answers from :func:`errors_of`: the errors
 every route of its kind can answer (auth, body, Redis) plus the route's own, each status
-listing its codes with one example per code. ``tests/test_openapi.py`` fails when a route
+listing its codes with one example per code. ``tests/system/test_openapi.py`` fails when a route
 lacks any of these.
 """
 

@@ -64,7 +64,7 @@ def make_session(
     connector = ssrf.make_connector(allow_private=allow_private, limit=limit)
     # No skip_auto_headers: every request sets its own Content-Type and User-Agent (so
     # aiohttp adds neither), and a session-wide skip list costs each request two
-    # header-dict copies in aiohttp (tests/test_worker.py pins the headers sent).
+    # header-dict copies in aiohttp (tests/redis/test_worker.py pins the headers sent).
     # No cookie jar: one session sends for every tenant, and aiohttp's default jar would
     # hand a Set-Cookie from one endpoint to every other endpoint on the same host.
     return aiohttp.ClientSession(

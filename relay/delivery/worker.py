@@ -323,7 +323,7 @@ async def _wait_any(stop: asyncio.Event, other: asyncio.Event, within: float | N
 
 async def stop_tasks(*tasks: asyncio.Task[Any], within: float = 5.0) -> None:
     """Cancel ``tasks`` and wait for them. redis-py can swallow a cancellation that
-    lands mid-command (tests/test_subscription.py), so a task still running is cancelled
+    lands mid-command (tests/redis/test_subscription.py), so a task still running is cancelled
     again every half second; after ``within`` seconds it is left behind with a warning
     rather than holding the shutdown for ever."""
     deadline = time.monotonic() + within

@@ -74,7 +74,7 @@ class Attempts:
     histogram. Tallied in plain numbers by :meth:`observe` and made into metric families
     only when scraped: prometheus-client's Counter and Histogram lock and validate on every
     increment, four per send. The text exposition is the one those classes write
-    (``tests/test_metrics.py``). One event loop's process: observe and collect never run
+    (``tests/redis/test_metrics.py``). One event loop's process: observe and collect never run
     at once."""
 
     def __init__(self) -> None:

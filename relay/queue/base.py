@@ -63,7 +63,7 @@ def _pack_command(self: AbstractConnection, *args: Any) -> list[bytes]:
     return [hiredis.pack_command(tuple(out))]
 
 
-REDIS_PY_PACK_COMMAND = AbstractConnection.pack_command  # kept: tests/test_packing.py
+REDIS_PY_PACK_COMMAND = AbstractConnection.pack_command  # kept: tests/unit/test_packing.py
 
 
 def pack_with_hiredis() -> None:

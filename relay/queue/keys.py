@@ -10,7 +10,7 @@ shared health and pacing state (breaker, rate limit, in-flight slots) under its 
 The Lua scripts (``relay/queue/lua/``) name no key themselves: they get whole keys in
 KEYS, and for keys of ids only known inside a script (a claim's due ids, a sweep's
 finished ids) the key prefix in ARGV, built here (``ShardKeys.delivery_prefix`` and
-the like), to which they append the id. ``tests/test_keys.py`` holds this table, the
+the like), to which they append the id. ``tests/redis/test_keys.py`` holds this table, the
 docs' copy of it (docs/reference/redis-keys.md) and every key the scripts touch to these
 builders.
 

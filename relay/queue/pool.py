@@ -9,7 +9,7 @@ none of it changes what happens: the connection is taken, checked (``ensure_conn
 as always) and given back as the plain pool does it. Whenever a caller waits, the pool's
 lock is held (a disconnect, a reconnect under way), maintenance is on, a connection must
 reconnect or re-authenticate, or redis-py's own metrics are collected, the pool's own
-methods run, unchanged (``tests/test_pool.py``).
+methods run, unchanged (``tests/redis/test_pool.py``).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ async def keep_subscribed(
             await pubsub.subscribe(*channels)
             while True:
                 # redis-py 8.1 can swallow a cancellation that lands while it subscribes
-                # (about 1 cancel in 5 in the first milliseconds, tests/test_subscription.py):
+                # (about 1 cancel in 5 in the first milliseconds, tests/redis/test_subscription.py):
                 # the task then listened on, and a worker stopped then never exited.
                 # The request is still on the task (``cancelling()``), so honour it here.
                 if _cancel_requested():

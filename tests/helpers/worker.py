@@ -1,0 +1,38 @@
+"""Endpoints, events and waiting for the in-process worker tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from relay.domain.schema import endpoint_record
+from relay.queue.store import Store
+from tests.helpers import publish_event
+
+
+async def add_endpoint(store: Store, url: str, **extra: Any) -> dict[str, Any]:
+    ep = endpoint_record(url=url, app="default")
+    ep.update(extra)  # as given: a test may store what the API would refuse
+    await store.put_endpoint(ep)
+    return ep
+
+
+async def publish(store: Store, *endpoint_ids: str, payload: Any = None) -> tuple[str, list[str]]:
+    body = orjson.dumps(payload or {"n": 1})
+    event_id, dlv, _ = await publish_event(store, list(endpoint_ids), payload=body)
+    return event_id, dlv
+
+
+async def until(check: Callable[[], Any], within: float = 10.0) -> Any:
+    """Wait until ``await check()`` is truthy (a deadline, not a timing assertion)."""
+    deadline = time.monotonic() + within
+    while True:
+        got = await check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, "condition not reached before the deadline"
+        await asyncio.sleep(0.01)

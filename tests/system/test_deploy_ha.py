@@ -1,0 +1,302 @@
+"""The replicated topology of ``deploy/``: Compose override, Kubernetes component, and
+the start script both use (``deploy/redis-ha.sh``), the script run for real.
+
+The script test starts 3 Redis nodes and 3 Sentinels through ``redis-ha.sh`` itself
+(``redis-server`` processes on free loopback ports in a temp dir, ``deploy/redis.conf``
+with only bind and dir overridden), SIGKILLs the primary, waits for the Sentinels to
+promote a replica, and starts the killed node again through the script: it must come
+back as a replica of the new primary, not as a second primary. Fails with the script's
+Sentinel question removed (every start trusting ``FIRST_PRIMARY``): the restarted node
+comes back as a primary beside the promoted one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import redis
+import yaml
+
+from relay.redisproc import free_port
+from relay.settings import Settings
+from tests.helpers.deploy import (
+    DATA,
+    DEPLOY,
+    K8S,
+    K8S_VERSIONS,
+    REDIS_CONF,
+    render_kustomization,
+    validate_k8s,
+)
+
+SCRIPT = DEPLOY / "redis-ha.sh"
+OVERRIDE = DEPLOY / "docker-compose.sentinel.yml"
+COMPONENT = K8S / "sentinel"
+
+
+def _render(tmp_path: Path) -> list[dict[str, Any]]:
+    overlay = {
+        "resources": [os.path.relpath(K8S, tmp_path)],
+        "components": [os.path.relpath(COMPONENT, tmp_path)],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    return render_kustomization(tmp_path)
+
+
+def _one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, (kind, name, len(found))
+    return found[0]
+
+
+# ---- Kubernetes ----------------------------------------------------------------------
+
+
+def test_k8s_component_swaps_the_single_redis_for_the_replicated_one(tmp_path: Path) -> None:
+    docs = _render(tmp_path)
+    for version in K8S_VERSIONS:
+        for doc in docs:
+            validate_k8s(doc, version)
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("StatefulSet", "relay-redis") not in names
+    assert ("Service", "relay-redis") not in names
+    assert ("NetworkPolicy", "relay-redis") not in names
+    sts = _one(docs, "StatefulSet", "relay-redis-ha")
+    assert sts["spec"]["replicas"] == 3
+    service = _one(docs, "Service", "relay-redis-ha")
+    assert sts["spec"]["serviceName"] == "relay-redis-ha"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert {p["port"] for p in service["spec"]["ports"]} == {6379, 26379}
+    # The script in the ConfigMap is the tested file, byte for byte.
+    script = _one(docs, "ConfigMap", "relay-redis-ha-script")
+    assert script["data"]["redis-ha.sh"] == SCRIPT.read_text()
+    # Every node runs redis.conf from the base's ConfigMap, still rendered.
+    _one(docs, "ConfigMap", "relay-redis-config")
+
+    env = dict(_one(docs, "ConfigMap", "relay-config")["data"])
+    settings = Settings.from_env({**env, "RELAY_API_TOKENS": "t" * 32})
+    assert settings.ack_replicas == 1
+    pods = [f"relay-redis-ha-{n}.relay-redis-ha" for n in range(sts["spec"]["replicas"])]
+    assert env["RELAY_REDIS_SENTINELS"] == ",".join(f"{p}:26379" for p in pods)
+    for c in sts["spec"]["template"]["spec"]["containers"]:
+        got = {e["name"]: e.get("value") for e in c["env"]}
+        assert got["SENTINELS"] == " ".join(f"{p}:26379" for p in pods), c["name"]
+        assert got["FIRST_PRIMARY"] == pods[0]
+        assert got["MASTER_NAME"] == settings.redis_sentinel_master
+
+
+def test_k8s_component_agrees_with_kubectl(tmp_path: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:  # as in test_deploy*.py: the offline resolver above still runs
+        pytest.skip("kubectl (with its built-in kustomize) is not installed")
+    docs = _render(tmp_path)
+    out = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    rendered = [d for d in yaml.safe_load_all(out.stdout) if d]
+    key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+    assert sorted(map(key, rendered)) == sorted(map(key, docs))
+    by_key = {key(d): d for d in rendered}
+    assert by_key[("ConfigMap", "relay-config")] == _one(docs, "ConfigMap", "relay-config")
+
+
+# ---- Compose -------------------------------------------------------------------------
+
+
+def test_compose_override_validates_and_points_relay_at_the_sentinels() -> None:
+    schema = json.loads((DATA / "compose-spec.json").read_text())
+    override = yaml.safe_load(OVERRIDE.read_text())
+    jsonschema.Draft202012Validator(schema).validate(override)
+    services = override["services"]
+    sentinels = sorted(n for n in services if n.startswith("sentinel-"))
+    nodes = sorted(n for n in services if n.startswith("redis"))
+    assert len(sentinels) == 3 and nodes == ["redis", "redis-2", "redis-3"]
+    for name in ("api", "worker"):
+        env = {k: str(v) for k, v in services[name]["environment"].items()}
+        base = {"RELAY_REDIS_URL": "redis://redis:6379/0", "RELAY_API_TOKENS": "t" * 32}
+        settings = Settings.from_env({**base, **env})
+        assert settings.ack_replicas == 1
+        assert env["RELAY_REDIS_SENTINELS"] == ",".join(f"{s}:26379" for s in sentinels)
+    for name in nodes + sentinels:
+        env = services[name]["environment"]
+        assert env["SELF_HOST"] == name
+        assert env["SENTINELS"] == " ".join(f"{s}:26379" for s in sentinels)
+        assert env["FIRST_PRIMARY"] == "redis"
+        assert "./redis-ha.sh:/usr/local/bin/redis-ha.sh:ro" in services[name]["volumes"]
+    for name in nodes:
+        assert "./redis.conf:/usr/local/etc/redis/redis.conf:ro" in services[name]["volumes"]
+
+
+# ---- the script, run -----------------------------------------------------------------
+
+
+class _HA:
+    """3 nodes and 3 Sentinels on loopback, each started through redis-ha.sh."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.node_ports = [free_port() for _ in range(3)]
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # A copy: Sentinel's reconfiguration runs CONFIG REWRITE on the nodes, which
+        # would edit the file in place (mounted read-only in deploy/, where it fails).
+        self.conf = root / "redis.conf"
+        shutil.copyfile(REDIS_CONF, self.conf)
+
+    def _env(self, port: int) -> dict[str, str]:
+        return {
+            "PATH": os.environ["PATH"],
+            "SELF_HOST": "127.0.0.1",
+            "FIRST_PRIMARY": "127.0.0.1",
+            "FIRST_PRIMARY_PORT": str(self.node_ports[0]),
+            "SENTINELS": " ".join(f"127.0.0.1:{p}" for p in self.sentinel_ports),
+            "MASTER_NAME": "relay",
+            "REDIS_PORT": str(port),
+            "REDIS_CONF": str(self.conf),
+            # Not 1 s: on a loaded machine a promoted node busy with its first resyncs can
+            # miss a second of PINGs and be failed over again (seen: two switches).
+            "DOWN_AFTER_MS": "3000",
+            "FAILOVER_TIMEOUT_MS": "6000",
+        }
+
+    def start_node(self, n: int) -> None:
+        port = self.node_ports[n]
+        d = self.root / f"node{n}"
+        d.mkdir(exist_ok=True)
+        log = (d / "log").open("ab")
+        self.procs[f"node{n}"] = subprocess.Popen(
+            ["sh", str(SCRIPT), "redis", "--bind", "127.0.0.1", "--dir", str(d)],
+            env=self._env(port),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        _until(lambda: _ping(port), f"node {n} up")
+
+    def start_sentinel(self, n: int) -> None:
+        port = self.sentinel_ports[n]
+        d = self.root / f"sentinel{n}"
+        env = self._env(self.node_ports[0]) | {
+            "SENTINEL_PORT": str(port),
+            "SENTINEL_DIR": str(d),
+        }
+        log = (self.root / f"sentinel{n}.log").open("ab")
+        self.procs[f"sentinel{n}"] = subprocess.Popen(
+            ["sh", str(SCRIPT), "sentinel", "--bind", "127.0.0.1"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        _until(lambda: _ping(port), f"sentinel {n} up")
+
+    def master(self, sentinel: int) -> int | None:
+        with redis.Redis("127.0.0.1", self.sentinel_ports[sentinel], socket_timeout=2) as c:
+            got = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "relay")
+        return None if not got else int(got[1])
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+
+
+def _ping(port: int) -> bool:
+    try:
+        with redis.Redis("127.0.0.1", port, socket_timeout=1, socket_connect_timeout=1) as c:
+            return bool(c.ping())
+    except redis.RedisError:
+        return False
+
+
+def _role(port: int) -> tuple[str, int | None]:
+    """``("master", None)``, or ``("slave", primary port)`` once its link is up."""
+    with redis.Redis("127.0.0.1", port, socket_timeout=2, decode_responses=True) as c:
+        info = c.info("replication")
+    if info["role"] == "slave" and info.get("master_link_status") != "up":
+        return "syncing", info.get("master_port")
+    return info["role"], info.get("master_port")
+
+
+def _until(check: Any, what: str, timeout: float = 30.0) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)  # polling a real server, not a timing assertion
+    pytest.fail(f"timed out: {what}")
+
+
+@pytest.fixture
+def ha(tmp_path: Path) -> Iterator[_HA]:
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.fail("redis-server and redis-cli are needed: apt-get install redis-server")
+    topo = _HA(tmp_path)
+    try:
+        yield topo
+    finally:
+        topo.stop()
+
+
+@pytest.mark.realredis
+def test_script_builds_the_topology_and_a_killed_primary_rejoins_as_a_replica(ha: _HA) -> None:
+    p0, p1, p2 = ha.node_ports
+    for n in range(3):
+        ha.start_node(n)
+    assert _role(p0) == ("master", None)
+    _until(lambda: _role(p1) == ("slave", p0) and _role(p2) == ("slave", p0), "replicas")
+    for n in range(3):
+        ha.start_sentinel(n)
+    assert {ha.master(n) for n in range(3)} == {p0}
+    with redis.Redis("127.0.0.1", p0) as c:
+        c.set("acked", "1")
+        assert c.wait(2, 2000) == 2
+
+    ha.procs["node0"].kill()
+    ha.procs["node0"].wait(timeout=10)
+
+    def settled() -> int:
+        """The port every Sentinel names, once it is one replica that has taken the
+        primary role and the naming holds for 2 s (0 until then)."""
+        named = {ha.master(n) for n in range(3)}
+        if len(named) != 1 or None in named or p0 in named:
+            return 0
+        (port,) = named
+        if _role(port)[0] != "master":
+            return 0
+        for _ in range(20):
+            time.sleep(0.1)
+            if {ha.master(n) for n in range(3)} != {port}:
+                return 0
+        return int(port)
+
+    new = _until(settled, "a replica promoted, and the Sentinels agreeing on it", 60.0)
+    assert new in (p1, p2)
+
+    log = ha.root / "node0" / "log"
+    seen = log.stat().st_size
+    ha.start_node(0)  # the script asks the Sentinels: the old primary rejoins as a replica
+    _until(lambda: _role(p0) == ("slave", new), "old primary back as a replica of the new")
+    # ... because it started as one, not because a Sentinel had to demote a stale primary
+    # (Sentinel does that too, moments later, but meanwhile that node takes writes the
+    # next resync throws away): no runtime REPLICAOF in its log since the restart.
+    restarted = log.read_bytes()[seen:].decode()
+    assert "REPLICAOF" not in restarted and "user request" not in restarted, restarted
+    assert f"Connecting to MASTER 127.0.0.1:{new}" in restarted
+    with redis.Redis("127.0.0.1", new) as c:
+        assert c.get("acked") == b"1"
+        c.set("after", "1")
+        assert c.wait(2, 5000) == 2
+    with redis.Redis("127.0.0.1", p0) as c:
+        assert c.get("after") == b"1"
