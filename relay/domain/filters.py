@@ -8,9 +8,15 @@ implementation), and adds bounds of its own on the text, checked before compilin
 
 * at most :data:`MAX_CHARS` characters and :data:`MAX_DEPTH` levels of brackets;
 * at most :data:`MAX_COMPREHENSIONS` comprehension macros (``all``, ``exists``,
-  ``exists_one``, ``map``, ``filter``), none inside another, so the work of one
-  evaluation is at most linear in the payload (itself at most
-  ``RELAY_MAX_PAYLOAD_BYTES``) times the length of the filter.
+  ``exists_one``, ``map``, ``filter``), none inside another;
+* the pattern of every ``matches`` call is a string literal that RE2 compiles into at
+  most :data:`MAX_REGEX_PROGRAM` instructions (cel-cpp compiles a pattern again on every
+  call, so inside a comprehension once per element).
+
+These bound what a filter can say, not what it costs: a comprehension over a payload
+list that builds strings from other payload fields does work (and takes memory) that
+grows with the product of their sizes. Time and memory are bounded where filters run
+(``relay.sandbox``), not here.
 
 The expression sees ``payload`` (the event's payload, any JSON), ``event_type`` and
 ``app`` (strings); it must be a boolean. Pure: no I/O.
@@ -22,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import re2
 from cel_expr_python import cel
 
 MAX_CHARS = 2048
@@ -29,11 +36,17 @@ MAX_DEPTH = 16
 MAX_COMPREHENSIONS = 4
 MAX_REASON = 200  # characters of an evaluation error kept on the event
 MAX_PROGRAMS = 10_000  # compiled filters kept by one ProgramCache
+MAX_REGEX_PROGRAM = 5_000  # RE2 instructions of one ``matches`` pattern
 
 _MACRO = re.compile(r"\.\s*(all|exists_one|exists|map|filter)\s*\(")
 _STRING = re.compile(
     r"""(?s)[rRbB]*('''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")"""
 )
+_LITERAL_OR_COMMENT = re.compile(_STRING.pattern + r"|//[^\n]*")
+_MATCHES = re.compile(r"\bmatches\s*\(")
+_RE2 = re2.Options()
+_RE2.max_mem = 1 << 20  # a pattern far past the limit fails fast instead of compiling
+_RE2.log_errors = False
 _ENV = cel.NewEnv(
     variables={"payload": cel.Type.DYN, "event_type": cel.Type.STRING, "app": cel.Type.STRING}
 )
@@ -47,12 +60,19 @@ class FilterError(Exception):
     """The filter could not be evaluated on one event (its reason is recorded)."""
 
 
-def _check_bounds(text: str) -> None:
+def _code(text: str) -> str:
+    """``text`` with its string literals and comments blanked out (same length, so an
+    index into one is an index into the other)."""
+    return _LITERAL_OR_COMMENT.sub(lambda m: " " * len(m.group(0)), text)
+
+
+def _check_bounds(text: str) -> str:
+    """The bounds on the text; returns its code (:func:`_code`)."""
     if not text.strip():
         raise FilterInvalid("filter is empty; leave it out (or null) to receive every event")
     if len(text) > MAX_CHARS:
         raise FilterInvalid(f"filter is {len(text)} characters; the limit is {MAX_CHARS}")
-    code = _STRING.sub('""', text)  # brackets and macro names inside strings do not count
+    code = _code(text)  # brackets and macro names inside strings do not count
     depth, deepest = 0, 0
     macro_at: list[int] = []  # bracket depth of each comprehension we are inside of
     count = 0
@@ -77,6 +97,67 @@ def _check_bounds(text: str) -> None:
             f"filter has {count} comprehensions (all, exists, map, ...); "
             f"the limit is {MAX_COMPREHENSIONS}"
         )
+    return code
+
+
+def _arguments(code: str, opened: int) -> list[tuple[int, int]]:
+    """The spans of the arguments of the call whose ``(`` is at ``opened``."""
+    spans, depth, start = [], 0, opened + 1
+    for i in range(opened, len(code)):
+        ch = code[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                spans.append((start, i))
+                return spans
+        elif ch == "," and depth == 1:
+            spans.append((start, i))
+            start = i + 1
+    return spans
+
+
+def _patterns(text: str, code: str) -> list[str]:
+    """The source text of the pattern of every ``matches`` call (member or global);
+    :class:`FilterInvalid` when one is not a string literal."""
+    found = []
+    for call in _MATCHES.finditer(code):
+        member = code[: call.start()].rstrip().endswith(".")
+        args = _arguments(code, call.end() - 1)
+        if len(args) != (1 if member else 2):
+            continue  # not the standard function: the compiler has refused it already
+        start, end = args[-1]
+        literal = text[start:end].strip()
+        if not _STRING.fullmatch(literal):
+            raise FilterInvalid(
+                "the pattern of matches() must be a string literal (a computed pattern "
+                "cannot be checked before it runs)"
+            )
+        found.append(literal)
+    return found
+
+
+def _check_pattern(literal: str) -> None:
+    pattern = _ENV.compile(literal).eval().value()  # CEL reads its own escapes
+    try:
+        size = re2.compile(pattern, _RE2).programsize
+    except re2.error as exc:
+        why = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        if "too large" in why:
+            raise FilterInvalid(
+                f"the pattern {_short(pattern)!r} of matches() is too large for RE2 "
+                f"(the limit is {MAX_REGEX_PROGRAM} instructions)"
+            ) from None
+        raise FilterInvalid(
+            f"the pattern {_short(pattern)!r} of matches() is not RE2: {why}"
+        ) from None
+    if size > MAX_REGEX_PROGRAM:
+        raise FilterInvalid(
+            f"the pattern {_short(pattern)!r} of matches() compiles to {size} RE2 "
+            f"instructions; the limit is {MAX_REGEX_PROGRAM} (a counted repetition of a "
+            "large class, such as \\pL{1,200}, is the usual cause)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +171,8 @@ class Program:
         """True or False for one event; :class:`FilterError` when it errs on it."""
         try:
             value = self.expression.eval(activation)
+        except MemoryError:  # std::bad_alloc: the caller's memory budget, not the event
+            raise
         except Exception as exc:  # a payload value CEL cannot take (e.g. a uint64 past 2^63)
             raise FilterError(_short(f"evaluation failed: {exc}")) from None
         kind = value.type()
@@ -107,7 +190,7 @@ def _short(text: str) -> str:
 
 def compile_filter(text: str) -> Program:
     """Check the bounds and compile; :class:`FilterInvalid` says why a filter is refused."""
-    _check_bounds(text)
+    code = _check_bounds(text)
     try:
         expression = _ENV.compile(text)
     except Exception as exc:
@@ -116,6 +199,8 @@ def compile_filter(text: str) -> Program:
     kind = expression.return_type()
     if kind not in (cel.Type.BOOL, cel.Type.DYN):
         raise FilterInvalid(f"filter must be a boolean expression; this one is {kind.name()}")
+    for literal in _patterns(text, code):
+        _check_pattern(literal)
     return Program(text, expression)
 
 
