@@ -5,6 +5,11 @@ reads a database outbox, a CLI command) publishes through the same :class:`Publi
 so target selection, shard choice, id minting, the idempotency fingerprint and the body
 sent are decided in one place. The write itself is one script (``publish.lua``): after
 :meth:`Publisher.publish` returns, everything is in Redis.
+
+The logic a publish runs for tenants (its type's JSON Schema, its targets' filters) is
+judged by the publisher's judge in one call: the API and the outbox connector pass a
+:class:`relay.sandbox.Sandbox` (child processes, within budgets); without one it runs
+in this process (:class:`relay.sandbox.Inline`).
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from typing import Any
 import orjson
 
 from relay.domain import filters, ids, matching, ordering, signing
-from relay.domain.eventtypes import SchemaInvalid, payload_error
 from relay.domain.schema import EventIn
 from relay.endpoints import catalog
 from relay.queue.store import Store
+from relay.sandbox import Inline, Judge, SchemaFailure, Verdict, Work
+from relay.sandbox.work import MEMORY_BYTES, SCHEMA_SECONDS
 
 EndpointSource = Callable[[str], Awaitable[list[dict[str, Any]]]]
 EventTypeSource = Callable[[str], Awaitable[catalog.Known | None]]
@@ -74,6 +80,12 @@ class EventTypeSchemaInvalid(PublishError):
     code = "schema_invalid"
 
 
+class SchemaBudgetExceeded(PublishError):
+    """Validating the payload against its type's schema ran past the sandbox's budget."""
+
+    code = "schema_budget_exceeded"
+
+
 class TooManyDeliveries(PublishError):
     """More target endpoints than one event can have deliveries (ids.MAX_DELIVERIES)."""
 
@@ -117,16 +129,16 @@ def fingerprint(event: EventIn) -> str:
 
 class Publisher:
     """Publishes events into one store. ``endpoints_for_app`` and ``event_types``
-    default to Redis reads; the API passes its endpoint and event type caches.
-    ``relay_events``: relay's own publisher (the ops relay, an endpoint's test event),
-    the only kind that may publish into the reserved ops app."""
+    default to Redis reads; the API passes its endpoint and event type caches, and its
+    sandbox as ``judge``. ``relay_events``: relay's own publisher (the ops relay, an
+    endpoint's test event), the only kind that may publish into the reserved ops app."""
 
     def __init__(
         self,
         store: Store,
         endpoints_for_app: EndpointSource | None = None,
         event_types: EventTypeSource | None = None,
-        programs: filters.ProgramCache | None = None,
+        judge: Judge | None = None,
         *,
         relay_events: bool = False,
     ) -> None:
@@ -135,8 +147,7 @@ class Publisher:
         self.settings = store.settings
         self._endpoints_for_app = endpoints_for_app or store.list_endpoints
         self._event_type = event_types or functools.partial(catalog.lookup, store)
-        # compiled payload filters (the API passes its endpoint cache's)
-        self.programs = programs if programs is not None else filters.ProgramCache()
+        self.judge: Judge = judge if judge is not None else Inline()
 
     async def _first_answer(self, event: EventIn, idempotency_key: str | None) -> Published | None:
         """The first answer for this key and the same body, if there was one."""
@@ -151,28 +162,47 @@ class Publisher:
             Published(first["answer"], created=False) if first["h"] == fingerprint(event) else None
         )
 
-    async def check_type(self, event: EventIn) -> bool:
-        """Hold the event to the catalog: its payload to the type's schema, an unknown type
-        refused in strict mode. Returns True when the type is deprecated (still accepted)."""
+    async def _known(self, event: EventIn) -> catalog.Known | None:
+        """The event's type in the catalog; an unknown type refused in strict mode."""
         known = await self._event_type(event.type)
-        if known is None:
-            if self.settings.event_types_strict:
-                raise UnknownEventType(
-                    f"event type {event.type} is not in the catalog (RELAY_EVENT_TYPES_STRICT=1)"
-                )
-            return False
-        if known.validator is not None:
-            try:
-                error = payload_error(known.validator, event.payload)
-            except SchemaInvalid as exc:
-                raise EventTypeSchemaInvalid(str(exc)) from None
-            if error is not None:
-                path, why = error
-                raise PayloadInvalid(
-                    f"payload does not match the schema of {event.type}: {path}: {why}",
-                    path=path,
-                )
-        return known.deprecated
+        if known is None and self.settings.event_types_strict:
+            raise UnknownEventType(
+                f"event type {event.type} is not in the catalog (RELAY_EVENT_TYPES_STRICT=1)"
+            )
+        return known
+
+    async def _targets(
+        self, event: EventIn, payload_json: bytes, known: catalog.Known | None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """The endpoints the event goes to, and those its filters left out with a reason,
+        after the payload passed its type's schema (else the :class:`PublishError`)."""
+        try:
+            targets, refused = select_targets(await self._endpoints_for_app(event.app), event), None
+        except UnknownEndpoints as exc:  # said after the schema's verdict, as before it
+            targets, refused = [], exc
+        filtered = [t for t in targets if t.get("filter")]
+        work = Work(
+            event.app,
+            event.type,
+            event.payload,
+            payload_json,
+            None if known is None else known.schema_json,
+            None if known is None else known.validator,
+            [t["filter"] for t in filtered],
+        )
+        verdict = Verdict() if work.empty else await self.judge.judge(work)
+        if verdict.schema is not None:
+            raise _refusal(event.type, verdict.schema)
+        if refused is not None:
+            raise refused
+        out: set[str] = set()
+        erred: list[dict[str, str]] = []
+        for target, keep in zip(filtered, verdict.filters, strict=True):
+            if keep is not True:
+                out.add(target["id"])
+                if isinstance(keep, str):  # erred or over budget: recorded on the event
+                    erred.append({"endpoint_id": target["id"], "reason": keep})
+        return ([t for t in targets if t["id"] not in out] if out else targets), erred
 
     async def publish(
         self, event: EventIn, *, idempotency_key: str | None = None, trace: str = ""
@@ -187,18 +217,16 @@ class Publisher:
         if len(payload_json) > limit:
             raise PayloadTooLarge(f"payload is {len(payload_json)} bytes; the limit is {limit}")
         try:
-            deprecated = await self.check_type(event)
-        except PublishError:
+            known = await self._known(event)
+            targets, filtered = await self._targets(event, payload_json, known)
+        except (UnknownEventType, PayloadInvalid, EventTypeSchemaInvalid, SchemaBudgetExceeded):
             # A retry of a publish that was accepted before the catalog changed (a stricter
             # schema, a deleted type in strict mode) still gets its first answer.
             first = await self._first_answer(event, idempotency_key)
             if first is None:
                 raise
             return first
-        targets = select_targets(await self._endpoints_for_app(event.app), event)
-        targets, filtered = filters.narrow(
-            targets, event.payload, event.type, event.app, self.programs
-        )
+        deprecated = known is not None and known.deprecated
         filtered = filtered[: filters.MAX_RECORDED]
 
         if len(targets) > ids.MAX_DELIVERIES:
@@ -254,3 +282,23 @@ class Publisher:
                 "this Idempotency-Key was used with a different request body"
             )
         return Published(first["answer"], created=False)
+
+
+def _refusal(event_type: str, failure: SchemaFailure) -> PublishError:
+    """The 422 for a payload its type's schema did not pass."""
+    if failure.kind == "invalid":
+        return PayloadInvalid(
+            f"payload does not match the schema of {event_type}: {failure.path}: {failure.message}",
+            path=failure.path,
+        )
+    if failure.kind == "broken":
+        return EventTypeSchemaInvalid(failure.message)
+    budget = (
+        f"time budget ({SCHEMA_SECONDS:g} s)"
+        if failure.kind == "time"
+        else f"memory budget ({MEMORY_BYTES >> 20} MiB)"
+    )
+    return SchemaBudgetExceeded(
+        f"validating the payload against the schema of {event_type} exceeded its {budget}; "
+        "the payload was not accepted (a smaller payload, or a simpler schema, passes)"
+    )

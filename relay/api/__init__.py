@@ -37,6 +37,7 @@ from relay.endpoints.cache import EndpointCache
 from relay.endpoints.catalog import EventTypeCache
 from relay.publishing import Publisher
 from relay.queue.store import Store, connect
+from relay.sandbox import Sandbox
 from relay.settings import Settings
 
 log = structlog.get_logger("relay.api")
@@ -59,11 +60,14 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
         app[ENDPOINT_CACHE] = EndpointCache(app[STORE])
         cache = app[ENDPOINT_CACHE]
         app[EVENT_TYPE_CACHE] = EventTypeCache(app[STORE], cache)
+        # tenant logic (schemas, filters) runs in child processes, started on first need
+        sandbox = Sandbox()
         app[PUBLISHER] = Publisher(
-            app[STORE], cache.endpoints_for_app, app[EVENT_TYPE_CACHE].lookup, cache.programs
+            app[STORE], cache.endpoints_for_app, app[EVENT_TYPE_CACHE].lookup, sandbox
         )
         listener = asyncio.create_task(app[ENDPOINT_CACHE].run(), name="relay-endpoint-cache")
         yield
+        await sandbox.close()
         listener.cancel()
         # Bounded: a subscriber stuck on a connection that vanished must not hold the
         # shutdown (the task is dropped with the process).

@@ -229,7 +229,7 @@ async def send_test(request: web.Request) -> web.Response:
     )
     # relay's own event (a fixed type and payload): an endpoint of the ops app gets it too
     publisher = Publisher(
-        request.app[STORE], only, programs=request.app[PUBLISHER].programs, relay_events=True
+        request.app[STORE], only, judge=request.app[PUBLISHER].judge, relay_events=True
     )
     try:
         done = await publisher.publish(event)

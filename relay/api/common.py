@@ -25,6 +25,7 @@ from relay.endpoints.catalog import EventTypeCache
 from relay.publishing import Publisher
 from relay.queue.errors import ReplicationTimeout, is_unavailable
 from relay.queue.store import Store
+from relay.sandbox import SandboxUnavailable
 from relay.settings import Settings
 
 log = structlog.get_logger("relay.api")
@@ -262,6 +263,10 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         )
         late.headers["Retry-After"] = "1"
         raise late from None
+    except SandboxUnavailable:  # no evaluator for filters and schemas: nothing written
+        busy = ApiError(503, "unavailable", "filters and schemas cannot be run now; retry shortly")
+        busy.headers["Retry-After"] = "1"
+        raise busy from None
     except Exception as exc:
         if not is_unavailable(exc):
             raise

@@ -41,6 +41,7 @@ from relay.ops import metrics
 from relay.publishing import Publisher, PublishError
 from relay.queue.errors import is_transient
 from relay.queue.store import Store
+from relay.sandbox import Sandbox, SandboxUnavailable
 from relay.settings import Settings
 
 log = structlog.get_logger("relay.outbox")
@@ -68,9 +69,15 @@ class Outcome:
 
 
 def _is_transient(exc: BaseException) -> bool:
-    """A failure of Redis, never of the row: leave the row and try again later."""
-    # any other redis-py error (a script error, say) is not the row's fault either
-    return is_transient(exc) or type(exc).__module__.split(".")[0] == "redis"
+    """A failure of Redis (or of the sandbox), never of the row: leave the row and try
+    again later."""
+    # any other redis-py error (a script error, say) is not the row's fault either, nor is
+    # an evaluator for filters and schemas that could not start
+    return (
+        is_transient(exc)
+        or type(exc).__module__.split(".")[0] == "redis"
+        or isinstance(exc, SandboxUnavailable)
+    )
 
 
 def event_of(row: dict[str, Any]) -> EventIn:
@@ -103,7 +110,9 @@ class OutboxConnector:
         self.store = store
         self.settings = settings
         self.names = q.names(settings.outbox_table)
-        self.publisher = Publisher(store, self._endpoints_for_app)
+        # tenant logic (schemas, filters) runs in child processes, started on first need
+        self.sandbox = Sandbox()
+        self.publisher = Publisher(store, self._endpoints_for_app, judge=self.sandbox)
         self.after_publish = after_publish
         self.tally = Tally()
         self._memo: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
@@ -186,6 +195,11 @@ class OutboxConnector:
             metrics.OUTBOX_ERRORS.labels("redis").inc()
             log.warning("outbox.publish_failed", rows=len(retry), error=retry[0].error)
 
+    async def close(self) -> None:
+        """End the sandbox's children and the Postgres connection."""
+        await self.sandbox.close()
+        await self._drop_connection()
+
     async def _drop_connection(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
@@ -264,7 +278,7 @@ class OutboxConnector:
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
-            await self._drop_connection()
+            await self.close()
             log.info("outbox.stopped", **vars(self.tally))
 
 

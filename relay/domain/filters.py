@@ -25,6 +25,7 @@ The expression sees ``payload`` (the event's payload, any JSON), ``event_type`` 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,54 +221,46 @@ def activation(payload: Any, event_type: str, app: str) -> Any:
 
 
 class ProgramCache:
-    """Compiled filters by endpoint id and version (``updated_at``), so a publish never
-    compiles a filter it compiled before. Bounded: cleared when it holds too many."""
+    """Compiled filters by text, so a text is compiled once whichever endpoints carry it;
+    a text that does not compile (stored before a check it fails) keeps its refusal.
+    Bounded: cleared when it holds too many."""
 
     def __init__(self) -> None:
-        self._programs: dict[tuple[str, int, str], Program] = {}
+        self._programs: dict[str, Program | FilterInvalid] = {}
         self.compiled = 0
 
-    def get(self, endpoint: dict[str, Any]) -> Program | None:
-        text = endpoint.get("filter")
-        if not text:
-            return None
-        key = (endpoint["id"], int(endpoint.get("updated_at") or 0), text)
-        program = self._programs.get(key)
+    def get(self, text: str) -> Program:
+        program = self._programs.get(text)
         if program is None:
             if len(self._programs) >= MAX_PROGRAMS:
                 self._programs.clear()
-            program = self._programs[key] = compile_filter(text)
             self.compiled += 1
+            try:
+                program = compile_filter(text)
+            except FilterInvalid as exc:
+                program = exc
+            self._programs[text] = program
+        if isinstance(program, FilterInvalid):
+            raise program
         return program
 
 
 MAX_RECORDED = 20  # filtered endpoints recorded on one event (the rest are counted)
 
 
-def narrow(
-    targets: list[dict[str, Any]],
-    payload: Any,
-    event_type: str,
-    app: str,
-    programs: ProgramCache,
-) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """The targets whose filter (if any) is true for the event, and, for those whose
-    filter erred on it, ``{"endpoint_id", "reason"}`` (a false filter is not recorded)."""
-    if not any(t.get("filter") for t in targets):
-        return targets, []
-    kept: list[dict[str, Any]] = []
-    erred: list[dict[str, str]] = []
+def judge(
+    texts: Iterable[str], programs: ProgramCache, payload: Any, event_type: str, app: str
+) -> Iterator[bool | str]:
+    """One verdict per filter text, as each is reached: True (the endpoint gets the
+    event), False (it does not), or the reason the filter erred on it (left out, and the
+    reason recorded). The payload is converted once, when a filter first needs it.
+    ``MemoryError`` passes through: it is the evaluator's budget, not the event's."""
     seen: Any = None
-    for target in targets:
+    for text in texts:
         try:
-            program = programs.get(target)
-            if program is None:
-                kept.append(target)
-                continue
+            program = programs.get(text)
             if seen is None:
                 seen = activation(payload, event_type, app)
-            if program.matches(seen):
-                kept.append(target)
+            yield program.matches(seen)
         except (FilterError, FilterInvalid) as exc:
-            erred.append({"endpoint_id": target["id"], "reason": _short(str(exc))})
-    return kept, erred
+            yield _short(str(exc))

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from relay.domain.filters import ProgramCache
 from relay.queue.store import Store
 from relay.queue.subscription import keep_subscribed
 
@@ -36,8 +35,6 @@ class EndpointCache:
         self._generation = 0  # bumped on every invalidation
         self.hits = 0
         self.misses = 0
-        # payload filters compiled once per endpoint version (id, updated_at, text)
-        self.programs = ProgramCache()
         # Other caches of {cfg} data (relay.endpoints.catalog.EventTypeCache) ride on this
         # subscription: each invalidation runs them too.
         self.listeners: list[Callable[[], None]] = []

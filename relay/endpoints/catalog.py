@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -82,6 +82,12 @@ class Known:
 
     record: dict[str, Any]
     validator: Validator | None  # None: no schema, any payload
+    # the schema serialized (for the sandbox's children), made once per entry
+    schema_json: bytes | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.validator is not None:
+            object.__setattr__(self, "schema_json", orjson.dumps(self.record["schema"]))
 
     @property
     def deprecated(self) -> bool:

@@ -41,27 +41,29 @@ def test_bounds_and_syntax_are_refused_with_a_reason() -> None:
 
 def test_evaluation_true_false_and_errors() -> None:
     cache = filters.ProgramCache()
-    eps = [
-        {"id": "ep_big", "updated_at": 1, "filter": "payload.amount > 1000"},
-        {"id": "ep_all", "updated_at": 1, "filter": None},
-        {"id": "ep_has", "updated_at": 1, "filter": "has(payload.vip) && payload.vip"},
-        {"id": "ep_type", "updated_at": 1, "filter": 'event_type.startsWith("order.")'},
-        {"id": "ep_dyn", "updated_at": 1, "filter": "payload.flag"},
+    texts = [
+        "payload.amount > 1000",
+        "has(payload.vip) && payload.vip",
+        'event_type.startsWith("order.")',
+        "payload.flag",
     ]
-    kept, erred = filters.narrow(eps, {"amount": 4200, "flag": 3}, "order.paid", "a", cache)
-    assert [e["id"] for e in kept] == ["ep_big", "ep_all", "ep_type"]
-    assert erred == [{"endpoint_id": "ep_dyn", "reason": "filter returned int, not a boolean"}]
-    kept, erred = filters.narrow(eps, {"amount": "12", "flag": True}, "user.new", "a", cache)
-    assert [e["id"] for e in kept] == ["ep_all", "ep_dyn"]
-    assert [e["endpoint_id"] for e in erred] == ["ep_big"]
-    assert "No matching overloads" in erred[0]["reason"]
+
+    def judge(payload: dict[str, Any], event_type: str) -> list[bool | str]:
+        return list(filters.judge(texts, cache, payload, event_type, "a"))
+
+    got = judge({"amount": 4200, "flag": 3}, "order.paid")
+    assert got[:3] == [True, False, True]
+    assert got[3] == "filter returned int, not a boolean"
+    got = judge({"amount": "12", "flag": True}, "user.new")
+    assert isinstance(got[0], str) and "No matching overloads" in got[0]
+    assert got[1:] == [False, False, True]
     assert cache.compiled == 4  # compiled once each, across both events
-    eps[0]["updated_at"] = 2  # a new version of the endpoint compiles again
-    filters.narrow(eps, {"amount": 1}, "x", "a", cache)
-    assert cache.compiled == 5
+    texts.append("payload.amount > 1000")  # the same text on another endpoint
+    judge({"amount": 1, "flag": True}, "x")
+    assert cache.compiled == 4
     # a missing field is an error (CEL has no implicit null): recorded, endpoint left out
-    kept, erred = filters.narrow(eps[:1], {}, "x", "a", cache)
-    assert kept == [] and "Key not found" in erred[0]["reason"]
+    (missing,) = filters.judge(texts[:1], cache, {}, "x", "a")
+    assert isinstance(missing, str) and "Key not found" in missing
 
 
 async def test_filter_end_to_end(env: tuple[Store, Any]) -> None:

@@ -20,6 +20,7 @@ RANK = {
     "domain": 0,
     "queue": 1,
     "endpoints": 2,
+    "sandbox": 2,
     "publishing": 3,
     "ops": 3,
     "delivery": 4,

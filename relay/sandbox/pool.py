@@ -1,0 +1,316 @@
+"""The sandbox: tenant logic evaluated in child processes, within budgets.
+
+A :class:`Sandbox` keeps :data:`PROCESSES` evaluator children
+(``python -m relay.sandbox.child``), started on first need. Each publish that has a
+schema or a filter to run sends one request to one idle child and reads its answers
+item by item under a deadline: :data:`~relay.sandbox.work.SCHEMA_SECONDS` for the
+schema, then :data:`~relay.sandbox.work.FILTER_SECONDS` for all the filters together.
+At a deadline the child is SIGKILLed and replaced, and the item it was on is blamed; a
+child that dies, or runs out of its address space
+(:data:`~relay.sandbox.work.MEMORY_BYTES` beyond its idle size), is blamed for memory.
+
+Fairness: an app has at most one request in flight here (its publishes queue behind
+each other), so one app's costly logic holds at most one child and every other app
+keeps the rest; an app whose request cost a child (killed, or retired past its memory)
+waits for that child's replacement before its next request, rather than taking the
+child the others are using meanwhile. The event loop only writes and reads pipes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from relay.sandbox import wire
+from relay.sandbox.work import (
+    FILTER_LOST,
+    FILTER_MEMORY,
+    FILTER_SECONDS,
+    FILTER_TIME,
+    FILTER_UNREACHED,
+    SCHEMA_SECONDS,
+    SchemaFailure,
+    Verdict,
+    Work,
+)
+
+log = structlog.get_logger("relay.sandbox")
+
+PROCESSES = 2  # children per relay process: one app can hold one of them at most
+START_SECONDS = 30.0  # a child that is not ready by then is not coming
+MAX_KNOWN = 1_000  # texts a child holds compiled; past it the child forgets them all
+RESTART_DELAY = 1.0  # between attempts to replace a child that could not be started
+
+
+class SandboxUnavailable(RuntimeError):
+    """No evaluator could be started: nothing was judged (retry later)."""
+
+
+@dataclass(eq=False)
+class _Child:
+    proc: asyncio.subprocess.Process
+    answers: wire.Answers
+    known: dict[str | bytes, int] = field(default_factory=dict)
+
+    def id_of(self, text: str | bytes) -> tuple[int, bool]:
+        """The id this child knows ``text`` by, and whether it is new to it."""
+        got = self.known.get(text)
+        if got is not None:
+            return got, False
+        got = self.known[text] = len(self.known)
+        return got, True
+
+
+class _Turn:
+    """One app's place in line: its lock and how many of its publishes hold or await it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class Sandbox:
+    def __init__(
+        self,
+        processes: int = PROCESSES,
+        *,
+        schema_seconds: float = SCHEMA_SECONDS,
+        filter_seconds: float = FILTER_SECONDS,
+    ) -> None:
+        if processes < 2:
+            raise ValueError("a sandbox needs two processes or more (one app holds one)")
+        self.processes = processes
+        self.schema_seconds = schema_seconds
+        self.filter_seconds = filter_seconds
+        self._idle: asyncio.Queue[_Child] = asyncio.Queue()
+        self._children: set[_Child] = set()
+        self._starting = 0
+        self._turns: dict[str, _Turn] = {}
+        self._owed: dict[str, asyncio.Task[None]] = {}  # app -> the restart it caused
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.started = 0  # children started, replacements included
+        self.stopped = 0  # children killed at a deadline or found dead
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.proc.pid for c in self._children]
+
+    async def judge(self, work: Work) -> Verdict:
+        """The verdict on ``work``, within the budgets (the schema's, then the filters')."""
+        if self._closed:
+            raise SandboxUnavailable("the sandbox is closed")
+        turn = self._turns.get(work.app)
+        if turn is None:
+            turn = self._turns[work.app] = _Turn()
+        turn.users += 1
+        try:
+            async with turn.lock:
+                owed = self._owed.get(work.app)
+                if owed is not None:  # this app's last request cost a child: its
+                    # replacement first, so the other apps keep the children they have
+                    await asyncio.wait([owed], timeout=START_SECONDS)
+                child = await self._take()
+                usable = False
+                try:
+                    verdict, usable = await self._ask(child, work)
+                finally:  # a cancelled request leaves the child mid-answer: replace it
+                    if usable:
+                        self._idle.put_nowait(child)
+                    else:
+                        self._owe(work.app, self._replace(child))
+                return verdict
+        finally:
+            turn.users -= 1
+            if not turn.users:
+                del self._turns[work.app]
+
+    async def _take(self) -> _Child:
+        """An idle child; the pool is filled up first (all of it on first need, so a
+        second app never waits for a start behind the first)."""
+        while True:
+            if self._idle.empty():
+                self._fill()
+                try:
+                    child = await asyncio.wait_for(self._idle.get(), START_SECONDS)
+                except TimeoutError:
+                    raise SandboxUnavailable("no evaluator process became ready") from None
+            else:
+                child = self._idle.get_nowait()
+            if child.proc.returncode is None:
+                return child
+            self._replace(child)  # died while idle (killed from outside): not this work's
+
+    def _fill(self) -> None:
+        for _ in range(self.processes - len(self._children) - self._starting):
+            self._spawn(None)
+
+    def _spawn(self, old: _Child | None) -> asyncio.Task[None]:
+        """Start a child in the background (after reaping ``old``); it joins the idle."""
+        self._starting += 1
+        task = asyncio.create_task(self._bring_up(old), name="relay-sandbox-start")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _bring_up(self, old: _Child | None) -> None:
+        try:
+            if old is not None:
+                await _end(old.proc)
+            while not self._closed:
+                try:
+                    child = await self._start()
+                except SandboxUnavailable:
+                    await asyncio.sleep(RESTART_DELAY)
+                    continue
+                self._idle.put_nowait(child)
+                return
+        finally:
+            self._starting -= 1
+
+    async def _start(self) -> _Child:
+        proc = None
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "relay.sandbox.child",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            assert proc.stdout is not None
+            child = _Child(proc, wire.Answers(proc.stdout))
+            ready = await asyncio.wait_for(child.answers.next(), START_SECONDS)
+            if not isinstance(ready, dict) or "ready" not in ready:
+                raise wire.ProtocolError(f"not a ready answer: {ready!r}")
+        except (OSError, EOFError, TimeoutError, wire.ProtocolError) as exc:
+            if proc is not None:
+                await _end(proc)
+            log.error("sandbox.start_failed", error=str(exc) or type(exc).__name__)
+            raise SandboxUnavailable(f"an evaluator process could not start: {exc}") from None
+        except asyncio.CancelledError:  # closing: the child must not outlive its start
+            if proc is not None:
+                await _end(proc)
+            raise
+        self.started += 1
+        self._children.add(child)
+        return child
+
+    def _replace(self, child: _Child) -> asyncio.Task[None] | None:
+        """Kill ``child`` (it may be running someone's logic) and start another: the
+        task that starts it."""
+        self.stopped += 1
+        self._children.discard(child)
+        with contextlib.suppress(ProcessLookupError):
+            child.proc.kill()
+        if self._closed:
+            return None
+        return self._spawn(child)
+
+    def _owe(self, app: str, restart: asyncio.Task[None] | None) -> None:
+        """``app`` waits for ``restart`` before its next request."""
+        if restart is None:
+            return
+        self._owed[app] = restart
+
+        def paid(task: asyncio.Task[None]) -> None:
+            if self._owed.get(app) is task:
+                del self._owed[app]
+
+        restart.add_done_callback(paid)
+
+    async def _ask(self, child: _Child, work: Work) -> tuple[Verdict, bool]:
+        """Send ``work`` to ``child`` and read its verdicts; whether ``child`` is still
+        fit for another request."""
+        reset = len(child.known) + 1 + len(work.filters) > MAX_KNOWN
+        if reset:
+            child.known.clear()
+        schema_id, schema = None, b""
+        if work.schema is not None:
+            schema_id, new = child.id_of(work.schema)
+            schema = work.schema if new else b""
+        items: list[int | tuple[int, str]] = []
+        for text in work.filters:
+            i, new = child.id_of(text)
+            items.append((i, text) if new else i)
+        frame = wire.request(
+            reset, work.event_type, work.app, schema_id, schema, items, work.payload_json
+        )
+        stdin = child.proc.stdin
+        assert stdin is not None
+        verdict = Verdict()
+        on_schema = schema_id is not None
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(
+                self.schema_seconds if on_schema else self.filter_seconds
+            ) as budget:
+                stdin.write(frame)
+                await stdin.drain()
+                if on_schema:
+                    failure = _failure(await child.answers.next())
+                    if failure is not None:
+                        verdict.schema = failure
+                        return verdict, not await child.answers.next()
+                    on_schema = False
+                    budget.reschedule(loop.time() + self.filter_seconds)
+                while len(verdict.filters) < len(work.filters):
+                    verdict.filters.append(await child.answers.next())
+                return verdict, not await child.answers.next()
+        except TimeoutError:
+            _blame(verdict, work, on_schema, memory=False)
+        except (EOFError, ConnectionError, wire.ProtocolError) as exc:
+            code = await _end(child.proc, within=1.0)
+            log.warning("sandbox.child_died", app=work.app, code=code, error=str(exc))
+            _blame(verdict, work, on_schema, memory=True)
+        return verdict, False
+
+    async def close(self) -> None:
+        """End every child (stdin closed, then SIGKILL after a second) and the restarts."""
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(self._stop(c) for c in list(self._children)))
+
+    async def _stop(self, child: _Child) -> None:
+        self._children.discard(child)
+        if child.proc.stdin is not None:
+            child.proc.stdin.close()
+        await _end(child.proc, within=1.0)
+
+
+def _failure(answer: Any) -> SchemaFailure | None:
+    if answer is None:
+        return None
+    kind, *rest = answer
+    return SchemaFailure(kind, *rest)
+
+
+def _blame(verdict: Verdict, work: Work, on_schema: bool, *, memory: bool) -> None:
+    """Verdicts for the item in progress (over budget) and those not reached."""
+    if on_schema:
+        if verdict.schema is None:  # else it was decided, and only its end frame was late
+            verdict.schema = SchemaFailure("memory" if memory else "time")
+        return
+    left = len(work.filters) - len(verdict.filters)
+    if left > 0:
+        verdict.filters.append(FILTER_MEMORY if memory else FILTER_TIME)
+        verdict.filters.extend([FILTER_LOST if memory else FILTER_UNREACHED] * (left - 1))
+
+
+async def _end(proc: asyncio.subprocess.Process, within: float = 0.0) -> int | None:
+    """Wait up to ``within`` for ``proc`` to exit, then SIGKILL it and reap it."""
+    if within:
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(proc.wait(), within)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    return await proc.wait()

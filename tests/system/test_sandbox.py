@@ -1,0 +1,111 @@
+"""The sandbox itself: its verdicts at a deadline and past its memory budget, its children
+replaced, and none left behind.
+
+Seen failing before the change: ``relay.sandbox`` did not exist (filters and schemas ran
+in the API's own event loop, with no budget; see tests/test_tenant_budget.py for what
+that did to other tenants).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from relay.domain.eventtypes import compile_schema
+from relay.sandbox import Sandbox, SchemaFailure, Work
+from relay.sandbox.work import (
+    FILTER_MEMORY,
+    FILTER_SECONDS,
+    FILTER_TIME,
+    FILTER_UNREACHED,
+    SCHEMA_SECONDS,
+)
+from tests.helpers.hostile import (
+    MEMORY_FILTER,
+    MEMORY_PAYLOAD,
+    SLOW_FILTER,
+    SLOW_SCHEMA,
+    SLOW_SCHEMA_PAYLOAD,
+)
+
+SLACK = 2.0  # a child's start and a loaded machine; the unbudgeted cost is 6-10 s
+
+
+def work(payload: Any, *texts: str, schema: Any = None, app: str = "h") -> Work:
+    return Work(
+        app,
+        "order.paid",
+        payload,
+        orjson.dumps(payload),
+        None if schema is None else orjson.dumps(schema),
+        None if schema is None else compile_schema(schema),
+        list(texts),
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture
+async def sandbox() -> Any:
+    box = Sandbox()
+    yield box
+    pids = box.pids
+    await box.close()
+    assert not any(alive(p) for p in pids), "a child outlived close()"
+
+
+async def test_the_filter_running_at_the_deadline_is_blamed(sandbox: Sandbox) -> None:
+    await sandbox.judge(work({}, "true"))  # a child up: its start is not in the budget
+    started = time.monotonic()
+    verdict = await sandbox.judge(work({"n": 1}, "payload.n == 1", SLOW_FILTER, "true", "false"))
+    took = time.monotonic() - started
+    assert verdict.schema is None
+    assert verdict.filters == [True, FILTER_TIME, FILTER_UNREACHED, FILTER_UNREACHED]
+    assert FILTER_SECONDS <= took < FILTER_SECONDS + SLACK, took
+    assert sandbox.stopped == 1
+    # the killed child is replaced; the next publish is judged as usual
+    assert (await sandbox.judge(work({"n": 2}, "payload.n == 2", "false"))).filters == [
+        True,
+        False,
+    ]
+
+
+async def test_a_filter_past_the_memory_budget_is_left_out(sandbox: Sandbox) -> None:
+    texts = ("true", MEMORY_FILTER, "payload.l.size() == 400")
+    verdict = await sandbox.judge(work(MEMORY_PAYLOAD, *texts))
+    assert verdict.filters == [True, FILTER_MEMORY, True]
+    assert (await sandbox.judge(work({}, "true"))).filters == [True]
+
+
+async def test_a_schema_past_its_time_is_refused(sandbox: Sandbox) -> None:
+    await sandbox.judge(work({}, "true"))
+    started = time.monotonic()
+    verdict = await sandbox.judge(work(SLOW_SCHEMA_PAYLOAD, "true", schema=SLOW_SCHEMA))
+    took = time.monotonic() - started
+    assert verdict.schema == SchemaFailure("time") and verdict.filters == []
+    assert SCHEMA_SECONDS <= took < SCHEMA_SECONDS + SLACK, took
+    ok = await sandbox.judge(work({"items": [{"k3": 1}]}, "true", schema=SLOW_SCHEMA))
+    assert ok.schema is None and ok.filters == [True]
+    bad = await sandbox.judge(work({"items": [1]}, "true", schema=SLOW_SCHEMA))
+    assert bad.schema is not None and bad.schema.kind == "invalid"
+    assert bad.schema.path == "$.items[0]" and bad.filters == []
+
+
+async def test_a_child_killed_from_outside_is_replaced_unblamed(sandbox: Sandbox) -> None:
+    await sandbox.judge(work({}, "true"))
+    for pid in sandbox.pids:
+        os.kill(pid, signal.SIGKILL)
+    await asyncio.sleep(0.3)  # reaped before the next request is sent
+    assert (await sandbox.judge(work({}, "true", "false"))).filters == [True, False]

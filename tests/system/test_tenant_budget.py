@@ -1,0 +1,275 @@
+"""One tenant cannot slow another: hostile filters and schemas stay within their budgets.
+
+A ``relay api`` process on the session's redis-server; app H (an app key with publish and
+manage) sets the adversarial run's filters on its endpoints and publishes, while app B
+publishes through a filter of its own and ``/healthz`` is polled. B and ``/healthz``
+stay fast, H's publishes come back within the budget with the endpoints left out and
+the reasons recorded (its schema-bound publish a 422), and the API's memory stays flat.
+
+Seen failing before the change (the same tests on the unfixed tree): the run's regex
+filter was 201 at write; B's publishes and ``/healthz`` waited 6-10 s behind H's (the
+slow filter ran inline for ~6.6 s, the schema for ~9.5 s); the API's peak RSS grew by
+2.2 GB (the memory filter); in-process, B's filtered publish waited for H's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from relay.redisproc import free_port
+from relay.sandbox.work import FILTER_SECONDS, SCHEMA_SECONDS
+from tests.helpers.hostile import (
+    MEMORY_FILTER,
+    MEMORY_PAYLOAD,
+    SLOW_FILTER,
+    SLOW_SCHEMA,
+    SLOW_SCHEMA_PAYLOAD,
+    regex_filter,
+)
+
+pytestmark = pytest.mark.realredis
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN = "admin-token"
+STALL = 1.5  # generous: "not stalled" (unbudgeted, these requests waited 6-10 s)
+SLACK = 2.0  # on top of a budget: a child's start on a loaded 2-core machine
+MAX_GROWTH = 300 * 1024 * 1024
+
+
+def kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found += [int(p) for p in f.read().split()]
+    return found
+
+
+def tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Client:
+    def __init__(self, url: str, token: str | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        timeout = aiohttp.ClientTimeout(total=120)
+        self.url, self.session = url, aiohttp.ClientSession(headers=headers, timeout=timeout)
+
+    async def call(self, method: str, path: str, **kw: Any) -> tuple[int, Any, float]:
+        started = time.monotonic()
+        async with self.session.request(method, self.url + path, **kw) as r:
+            body = await r.json()
+            return r.status, body, time.monotonic() - started
+
+
+async def app_key(admin: Client, app: str) -> Client:
+    status, made, _ = await admin.call(
+        "POST", "/v1/api-keys", json={"app": app, "scopes": ["publish", "manage", "read"]}
+    )
+    assert status == 201, made
+    return Client(admin.url, made["token"])
+
+
+async def endpoint(client: Client, event_types: list[str], text: str | None) -> str:
+    body = {"url": "http://127.0.0.1:9/hook", "event_types": event_types, "filter": text}
+    status, made, _ = await client.call("POST", "/v1/endpoints", json=body)
+    assert status == 201, made
+    return str(made["id"])
+
+
+async def start_api(redis_url: str, log: Path) -> tuple[asyncio.subprocess.Process, str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env.update(
+        RELAY_REDIS_URL=redis_url,
+        RELAY_KEY_PREFIX="tb" + os.urandom(4).hex(),
+        RELAY_PORT=str(port),
+        RELAY_HOST="127.0.0.1",
+        RELAY_API_TOKENS=ADMIN,
+        RELAY_ALLOW_PRIVATE_NETWORKS="1",
+        RELAY_LOG_LEVEL="warning",
+    )
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "relay", "api", env=env, cwd=ROOT, stderr=out
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    async with aiohttp.ClientSession() as s:
+        while True:
+            assert proc.returncode is None, tail(log)
+            try:
+                async with s.get(url + "/healthz") as r:
+                    if r.status == 200:
+                        return proc, url
+            except aiohttp.ClientError:
+                pass
+            assert time.monotonic() < deadline, "relay api did not come up"
+            await asyncio.sleep(0.1)
+
+
+async def test_one_tenant_cannot_slow_another(redis_server: Any, tmp_path: Path) -> None:
+    log = tmp_path / "api.log"
+    proc, url = await start_api(redis_server.url, log)
+    admin = Client(url, ADMIN)
+    clients = [admin]
+    try:
+        h, b = await app_key(admin, "H"), await app_key(admin, "B")
+        clients += [h, b]
+        slow = await endpoint(h, ["order.*"], SLOW_FILTER)
+        hungry = await endpoint(h, ["bulk.*"], MEMORY_FILTER)
+        plain = await endpoint(h, ["*"], None)
+        await endpoint(b, ["*"], "payload.n >= 0")
+        status, made, _ = await admin.call(
+            "POST", "/v1/event-types", json={"name": "bulk.import", "schema": SLOW_SCHEMA}
+        )
+        assert status == 201, made
+        for _ in range(3):  # the sandbox's children up
+            status, _, _ = await b.call(
+                "POST", "/v1/events", json={"type": "t.x", "payload": {"n": 0}}
+            )
+            assert status == 201
+
+        before = kib(proc.pid, "VmRSS")
+        attacking = True
+        b_times: list[float] = []
+        health_times: list[float] = []
+        h_answers: list[tuple[str, int, Any, float]] = []
+
+        async def attack() -> None:
+            nonlocal attacking
+            try:
+                for _ in range(2):
+                    for kind, event in (
+                        ("slow", {"type": "order.paid", "payload": {"n": 1}}),
+                        ("memory", {"type": "bulk.load", "payload": MEMORY_PAYLOAD}),
+                        ("schema", {"type": "bulk.import", "payload": SLOW_SCHEMA_PAYLOAD}),
+                    ):
+                        status, answer, took = await h.call("POST", "/v1/events", json=event)
+                        h_answers.append((kind, status, answer, took))
+            finally:
+                attacking = False
+
+        async def victim() -> None:
+            n = 0
+            while attacking:
+                n += 1
+                event = {"type": "order.paid", "payload": {"n": n}}
+                status, answer, took = await b.call("POST", "/v1/events", json=event)
+                assert status == 201 and len(answer["deliveries"]) == 1, answer
+                b_times.append(took)
+                await asyncio.sleep(0.02)
+
+        async def health() -> None:
+            async with aiohttp.ClientSession() as s:
+                while attacking:
+                    started = time.monotonic()
+                    async with s.get(url + "/healthz") as r:
+                        assert r.status == 200
+                    health_times.append(time.monotonic() - started)
+                    await asyncio.sleep(0.02)
+
+        await asyncio.gather(attack(), victim(), health())
+        grown = kib(proc.pid, "VmHWM") - before
+
+        assert b_times and health_times
+        assert max(b_times) < STALL, sorted(b_times)[-5:]
+        assert max(health_times) < STALL, sorted(health_times)[-5:]
+        assert grown < MAX_GROWTH, f"the API's peak RSS grew by {grown >> 20} MiB"
+        for kind, status, answer, took in h_answers:
+            if kind == "schema":
+                assert status == 422 and answer["error"] == "schema_budget_exceeded", answer
+                assert "time budget (1 s)" in answer["message"]
+                assert took < SCHEMA_SECONDS + SLACK, took
+                continue
+            assert status == 201, answer
+            assert [d["endpoint_id"] for d in answer["deliveries"]] == [plain]
+            (left_out,) = answer["filtered"]
+            if kind == "slow":
+                assert left_out["endpoint_id"] == slow
+                assert left_out["reason"].startswith("filter exceeded its time budget (1 s")
+            else:
+                assert left_out["endpoint_id"] == hungry
+                assert left_out["reason"] == "filter exceeded its memory budget (256 MiB)"
+            assert took < FILTER_SECONDS + SLACK, (kind, took)
+            status, event, _ = await h.call("GET", f"/v1/events/{answer['id']}")
+            assert status == 200 and event["filtered"] == answer["filtered"]
+        # the run's own regex filters are refused at write, with the reason
+        for n in (100, 880):
+            body = {"url": "http://127.0.0.1:9/hook", "filter": regex_filter(n)}
+            status, refused, _ = await h.call("POST", "/v1/endpoints", json=body)
+            assert status == 422 and refused["error"] == "filter_invalid", refused
+            assert "too large for RE2" in refused["message"]
+    finally:
+        for c in clients:
+            await c.session.close()
+        kids = children(proc.pid) if proc.returncode is None else []
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), 30)
+    assert code == 0, tail(log)
+    assert kids, "the API started no evaluator"
+    await asyncio.sleep(0.5)
+    assert not [k for k in kids if alive(k)], "an evaluator outlived the API"
+
+
+async def test_a_slow_app_does_not_delay_another_apps_filtered_publish(
+    make_store: Any, make_api: Any
+) -> None:
+    """In one API process (this test's event loop): three of H's publishes queue behind
+    each other in the sandbox, one child at most, and B's filtered publishes keep
+    completing, judged by the other child."""
+    api = await make_api(await make_store(allow_private_networks=True))
+
+    async def post(path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        async with api("POST", path, json=body) as r:
+            return r.status, await r.json()
+
+    hook = "http://127.0.0.1:9/hook"
+    for app, text in (("H", SLOW_FILTER), ("B", "payload.n >= 0")):
+        status, made = await post("/v1/endpoints", {"url": hook, "app": app, "filter": text})
+        assert status == 201, made
+    assert (await post("/v1/events", {"type": "o.p", "app": "B", "payload": {"n": 0}}))[0] == 201
+    started = time.monotonic()
+    hostile = asyncio.gather(
+        *(post("/v1/events", {"type": "o.p", "app": "H", "payload": {}}) for _ in range(3))
+    )
+    done_at = [started]
+    while not hostile.done():  # B's completions, one after the other, all along
+        status, answer = await post(
+            "/v1/events", {"type": "o.p", "app": "B", "payload": {"n": len(done_at)}}
+        )
+        assert status == 201 and len(answer["deliveries"]) == 1, answer
+        done_at.append(time.monotonic())
+        await asyncio.sleep(0.02)
+    gaps = [b - a for a, b in itertools.pairwise(done_at)]
+    assert max(gaps) < STALL, f"B waited {max(gaps):.1f} s between two publishes"
+    assert done_at[-1] - started > 2 * FILTER_SECONDS  # H's three took their budgets
+    for status, answer in await hostile:
+        assert status == 201 and answer["deliveries"] == [], answer
+        assert answer["filtered"][0]["reason"].startswith("filter exceeded its time budget")
