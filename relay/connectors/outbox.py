@@ -15,8 +15,12 @@ own transaction. Each connector replica loops:
    (``PublishError``, ``ValidationError``) to ``<table>_dead`` with the error, ``COMMIT``.
    A row whose publish was not acknowledged (Redis down) is left as it was.
 
-The transaction lasts one batch of Redis round trips (milliseconds). A crash anywhere
-rolls it back (Postgres drops the connection's locks) and the rows are taken again.
+The transaction lasts one batch of Redis round trips (milliseconds), and at most
+:data:`BATCH_SECONDS`: a publish still running then (an app's filters queued in the
+sandbox behind its earlier rows, each within the sandbox's budgets) is cancelled and
+its row left for the next batch, so the transaction never idles into Postgres's
+``idle_in_transaction_session_timeout`` (60 s). A crash anywhere rolls it back
+(Postgres drops the connection's locks) and the rows are taken again.
 The connector sleeps on ``LISTEN`` (the table's trigger notifies on commit) and sweeps
 every ``RELAY_OUTBOX_POLL_INTERVAL`` anyway, for a notification lost while reconnecting.
 """
@@ -48,6 +52,8 @@ log = structlog.get_logger("relay.outbox")
 
 AfterPublish = Callable[[int], None]  # test hook: called with the row id once Redis acked
 GAUGE_EVERY = 1.0  # seconds between backlog reads
+IDLE_IN_TRANSACTION = 60.0  # Postgres ends a transaction left idle this long
+BATCH_SECONDS = IDLE_IN_TRANSACTION / 3  # the publishes of one batch, at most
 
 
 @dataclass
@@ -64,7 +70,7 @@ class Tally:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     row_id: int
-    kind: str  # created, duplicate, dead, retry
+    kind: str  # created, duplicate, dead, retry, later (past the batch's time)
     error: str = ""
 
 
@@ -95,7 +101,7 @@ async def connect(dsn: str, *, autocommit: bool) -> psycopg.AsyncConnection[Any]
         dsn, autocommit=autocommit, row_factory=dict_row, application_name="relay-outbox"
     )
     # a connector frozen mid-batch gives its rows back instead of holding them forever
-    await conn.execute("SET idle_in_transaction_session_timeout = '60s'")
+    await conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION:g}s'")
     if not autocommit:
         await conn.commit()
     return conn
@@ -115,6 +121,8 @@ class OutboxConnector:
         self.publisher = Publisher(store, self._endpoints_for_app, judge=self.sandbox)
         self.after_publish = after_publish
         self.tally = Tally()
+        self.batch_seconds = BATCH_SECONDS
+        self.left_late = 0  # rows the last batch left for the next one (past its time)
         self._memo: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._gauges_at = 0.0
@@ -151,6 +159,7 @@ class OutboxConnector:
 
     async def batch(self) -> tuple[int, bool]:
         """Claim, publish and settle one batch: (rows taken, whether all were settled)."""
+        self.left_late = 0
         conn = await self._connection()
         try:
             async with conn.transaction():
@@ -159,7 +168,7 @@ class OutboxConnector:
                 if not rows:
                     return 0, True
                 self._memo.clear()
-                outcomes = await asyncio.gather(*(self._publish(r) for r in rows))
+                outcomes = await self._publish_all(rows)
                 self._memo.clear()
                 await self._settle(conn, outcomes)
         except psycopg.Error:
@@ -167,6 +176,23 @@ class OutboxConnector:
             raise
         self.tally.batches += 1
         return len(rows), all(o.kind != "retry" for o in outcomes)
+
+    async def _publish_all(self, rows: list[dict[str, Any]]) -> list[Outcome]:
+        """Publish the rows concurrently, for at most :attr:`batch_seconds`: the rows
+        still publishing then are cancelled and left for the next batch (a publish
+        cancelled after Redis took it is absorbed there by the row's Idempotency-Key)."""
+        tasks = [asyncio.ensure_future(self._publish(r)) for r in rows]
+        _, late = await asyncio.wait(tasks, timeout=self.batch_seconds)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        self.left_late = len(late)
+        if late:
+            log.warning("outbox.batch_past_its_time", rows=len(late), within_s=self.batch_seconds)
+        return [
+            Outcome(r["id"], "later") if t in late else t.result()
+            for r, t in zip(rows, tasks, strict=True)
+        ]
 
     async def _settle(self, conn: psycopg.AsyncConnection[Any], outcomes: list[Outcome]) -> None:
         gone = []
@@ -178,7 +204,7 @@ class OutboxConnector:
                 log.warning("outbox.dead_row", row=o.row_id, error=o.error)
                 self.tally.dead += 1
                 metrics.OUTBOX_DEAD_ROWS.inc()
-            elif o.kind == "retry":
+            elif o.kind in ("retry", "later"):
                 continue
             elif o.kind == "created":
                 self.tally.created += 1
@@ -212,7 +238,7 @@ class OutboxConnector:
             taken, settled = await self.batch()
             if not settled:
                 return False
-            if taken < self.settings.outbox_batch:
+            if taken < self.settings.outbox_batch and not self.left_late:
                 return True
         return True
 

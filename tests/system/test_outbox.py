@@ -42,6 +42,7 @@ from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer
 from relay.settings import Settings, SettingsError
 from tests.helpers import Receiver, event_ids, make_settings
+from tests.helpers.hostile import SLOW_FILTER, regex_filter
 
 
 @dataclass
@@ -516,3 +517,88 @@ async def test_ten_thousand_rows_reach_the_receiver(
     assert len({r.headers["webhook-id"] for r in receiver.requests}) == n
     assert outbox.waiting() == 0 and con.tally.created == n
     print(f"10,000 rows outbox -> receiver in {elapsed:.1f}s")
+
+
+# --- hostile filters: rows complete, and no batch outlives its transaction -------------
+# Seen failing before the sandbox: the connector evaluated filters inline, so the run's
+# regex filter (stored before the write check existed) held each of its rows for ~22 s
+# and the rows were still waiting at the deadline; a batch of four rows with the slow
+# filter took ~26 s (Postgres ends a transaction idle for 60 s, after which the batch's
+# rows are taken again: the loop the adversarial run saw).
+
+
+async def add_filtered(
+    store: Store, app: str, text: str | None, types: list[str] | None = None
+) -> str:
+    """An endpoint written straight to the store: a filter stored before the write checks
+    that refuse it now behaves as it would."""
+    ep = endpoint_record(url="http://127.0.0.1:9/x", app=app, event_types=types or ["*"])
+    ep["filter"] = text
+    await store.put_endpoint(ep)
+    return str(ep["id"])
+
+
+async def events_by_app(store: Store) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for event_id in await event_ids(store):
+        event = await store.get_event(event_id)
+        assert event is not None
+        found.setdefault(event["app"], []).append(event)
+    return found
+
+
+async def test_rows_of_an_app_with_hostile_filters_complete(
+    outbox: Outbox, make_store: Any
+) -> None:
+    store = await make_store(**outbox_settings(outbox, outbox_poll_interval=0.2))
+    slow = await add_filtered(store, "H", SLOW_FILTER, ["order.*"])
+    stored = await add_filtered(store, "H", regex_filter(100), ["invoice.*"])
+    plain = await add_filtered(store, "H", None)
+    other = await add_filtered(store, "B", "payload.n >= 0")
+    await outbox.insert(
+        [
+            {"type": "order.paid", "app": "H", "payload": {"n": 1}},
+            {"type": "order.paid", "app": "B", "payload": {"n": 2}},
+            {"type": "invoice.paid", "app": "H", "payload": {"n": 3}},
+            {"type": "order.paid", "app": "H", "payload": {"n": 4}},
+        ]
+    )
+    async with connectors([store]) as (con,):
+        await until(lambda: _waiting_is(outbox, 0), within=20)
+    assert (con.tally.created, con.tally.dead) == (4, 0)
+    events = await events_by_app(store)
+    assert [d["endpoint_id"] for d in events["B"][0]["deliveries"]] == [other]
+    assert len(events["H"]) == 3
+    for event in events["H"]:
+        assert [d["endpoint_id"] for d in event["deliveries"]] == [plain]
+        (left_out,) = event["filtered"]
+        if event["type"] == "order.paid":
+            assert left_out["endpoint_id"] == slow
+            assert left_out["reason"].startswith("filter exceeded its time budget (1 s")
+        else:
+            assert left_out["endpoint_id"] == stored
+            assert "too large for RE2" in left_out["reason"]
+
+
+async def test_a_batch_stops_publishing_at_its_time(outbox: Outbox, make_store: Any) -> None:
+    store = await make_store(**outbox_settings(outbox))
+    await add_filtered(store, "H", SLOW_FILTER)
+    await add_filtered(store, "H", None)
+    await outbox.insert([{"type": "order.paid", "app": "H", "payload": {"n": n}} for n in range(4)])
+    con = OutboxConnector(store, store.settings)
+    con.batch_seconds = 2.0  # BATCH_SECONDS is 20 s: a third of the idle transaction timeout
+    try:
+        started = time.monotonic()
+        taken, settled = await asyncio.wait_for(con.batch(), 10)
+        took = time.monotonic() - started
+        # H's rows take a second each (its filter's budget), one after the other
+        assert (taken, settled) == (4, True) and 1 <= con.left_late <= 3, con.left_late
+        assert took < con.batch_seconds + 2.0, took
+        assert outbox.waiting() == con.left_late
+        while outbox.waiting():
+            await asyncio.wait_for(con.batch(), 10)
+    finally:
+        await con.close()
+    assert con.tally.dead == 0 and con.tally.created + con.tally.duplicates == 4
+    (events,) = (await events_by_app(store)).values()
+    assert sorted(e["payload"]["n"] for e in events) == [0, 1, 2, 3]  # one event per row
