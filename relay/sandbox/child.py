@@ -1,11 +1,11 @@
-"""An evaluator child: ``python -m relay.sandbox.child``, started by :class:`Sandbox`.
+"""An evaluator child: ``python -m relay.sandbox.child FD``, started by :class:`Sandbox`.
 
 It caps its own address space at what it holds once started plus
 :data:`~relay.sandbox.work.MEMORY_BYTES`, says it is ready, then answers requests from
-stdin on its original stdout (:mod:`relay.sandbox.wire`) until stdin closes; anything
-else printed goes to stderr. A ``MemoryError`` (``std::bad_alloc`` from cel-cpp
-included) is answered as the item's memory budget, and the child then asks to be
-replaced. Its parent's deadlines are enforced by its parent, with SIGKILL.
+stdin on its original stdout and in the verdict file ``FD`` (:mod:`relay.sandbox.wire`)
+until stdin closes; anything else printed goes to stderr. A ``MemoryError``
+(``std::bad_alloc`` from cel-cpp included) is answered as the item's memory budget, and
+the child then asks to be replaced. Its parent enforces the deadlines, with SIGKILL.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import ctypes
 import os
 import resource
 import signal
+import sys
 from typing import Any
 
 import orjson
@@ -23,7 +24,6 @@ from relay.sandbox import wire
 from relay.sandbox.work import FILTER_MEMORY, MEMORY_BYTES, schema_failure
 
 PR_SET_PDEATHSIG = 1
-NICE = 10  # below the relay process: a busy evaluator yields the CPU to the API first
 
 
 def _address_space() -> int:
@@ -51,10 +51,11 @@ def _die_with_parent() -> None:
 
 class Evaluator:
     """The child's state: the texts its parent sent, by the ids it gave them, and what
-    they compiled to."""
+    they compiled to; where its answers go (``out``) and its verdicts (``verdicts``)."""
 
-    def __init__(self, out: int) -> None:
+    def __init__(self, out: int, verdicts: int) -> None:
         self.out = out
+        self.verdicts = verdicts
         self.texts: dict[int, str] = {}
         self.schemas: dict[int, bytes] = {}
         self.validators: dict[int, Any] = {}
@@ -65,7 +66,7 @@ class Evaluator:
         wire.write_all(self.out, wire.answer(value))
 
     def serve(self, header: list[Any], schema: bytes, payload_json: bytes) -> None:
-        """Answer one request: the schema's verdict, then one per filter."""
+        """Answer one request: the schema's verdict, then one per filter (in the file)."""
         reset, event_type, app, schema_id, items = header
         if reset:
             self.texts.clear()
@@ -88,11 +89,11 @@ class Evaluator:
         while done < len(texts):
             try:
                 for verdict in filters.judge(texts[done:], self.programs, payload, event_type, app):
-                    self.send(verdict)
+                    wire.write_all(self.verdicts, wire.answer(verdict))
                     done += 1
             except MemoryError:  # std::bad_alloc past the address space cap
                 self.retire = True
-                self.send(FILTER_MEMORY)
+                wire.write_all(self.verdicts, wire.answer(FILTER_MEMORY))
                 done += 1
 
     def _schema(self, schema_id: int, payload: Any) -> bool:
@@ -120,11 +121,10 @@ class Evaluator:
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C: the parent stops us
     _die_with_parent()
-    os.nice(NICE)
     out = os.dup(1)
     os.dup2(2, 1)  # stray prints (a library's) cannot corrupt the answers
     limit = _confine(MEMORY_BYTES)
-    evaluator = Evaluator(out)
+    evaluator = Evaluator(out, int(sys.argv[1]))
     try:
         evaluator.send({"ready": os.getpid(), "limit": limit})
         while not evaluator.retire:

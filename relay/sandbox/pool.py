@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +57,17 @@ class SandboxUnavailable(RuntimeError):
 class _Child:
     proc: asyncio.subprocess.Process
     answers: wire.Answers
+    verdicts: int  # the verdict file (relay.sandbox.wire), shared with the child
     known: dict[str | bytes, int] = field(default_factory=dict)
+
+    def written(self) -> list[Any]:
+        """The verdicts the child wrote for the request in progress, or its last."""
+        return wire.parse(os.pread(self.verdicts, os.lseek(self.verdicts, 0, os.SEEK_CUR), 0))
+
+    def forget(self) -> None:
+        """Close the verdict file (the child has ended)."""
+        with contextlib.suppress(OSError):
+            os.close(self.verdicts)
 
     def id_of(self, text: str | bytes) -> tuple[int, bool]:
         """The id this child knows ``text`` by, and whether it is new to it."""
@@ -94,6 +106,7 @@ class Sandbox:
         self._starting = 0
         self._turns: dict[str, _Turn] = {}
         self._owed: dict[str, asyncio.Task[None]] = {}  # app -> the restart it caused
+        self._costly: dict[str, None] = {}  # filter texts that went over a budget
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self.started = 0  # children started, replacements included
@@ -164,6 +177,7 @@ class Sandbox:
         try:
             if old is not None:
                 await _end(old.proc)
+                old.forget()
             while not self._closed:
                 try:
                     child = await self._start()
@@ -176,28 +190,29 @@ class Sandbox:
             self._starting -= 1
 
     async def _start(self) -> _Child:
-        proc = None
+        proc, verdicts = None, -1
         try:
+            verdicts = _verdict_file()
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
                 "relay.sandbox.child",
+                str(verdicts),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
+                pass_fds=(verdicts,),
             )
             assert proc.stdout is not None
-            child = _Child(proc, wire.Answers(proc.stdout))
+            child = _Child(proc, wire.Answers(proc.stdout), verdicts)
             ready = await asyncio.wait_for(child.answers.next(), START_SECONDS)
             if not isinstance(ready, dict) or "ready" not in ready:
                 raise wire.ProtocolError(f"not a ready answer: {ready!r}")
         except (OSError, EOFError, TimeoutError, wire.ProtocolError) as exc:
-            if proc is not None:
-                await _end(proc)
+            await _abandon(proc, verdicts)
             log.error("sandbox.start_failed", error=str(exc) or type(exc).__name__)
             raise SandboxUnavailable(f"an evaluator process could not start: {exc}") from None
         except asyncio.CancelledError:  # closing: the child must not outlive its start
-            if proc is not None:
-                await _end(proc)
+            await _abandon(proc, verdicts)
             raise
         self.started += 1
         self._children.add(child)
@@ -228,8 +243,13 @@ class Sandbox:
 
     async def _ask(self, child: _Child, work: Work) -> tuple[Verdict, bool]:
         """Send ``work`` to ``child`` and read its verdicts; whether ``child`` is still
-        fit for another request."""
-        reset = len(child.known) + 1 + len(work.filters) > MAX_KNOWN
+        fit for another request. Filters that went over a budget before are sent last,
+        so the others of the publish are judged before the budget can run out."""
+        order = list(range(len(work.filters)))
+        if self._costly:
+            order.sort(key=lambda i: work.filters[i] in self._costly)
+        texts = [work.filters[i] for i in order]
+        reset = len(child.known) + 1 + len(texts) > MAX_KNOWN
         if reset:
             child.known.clear()
         schema_id, schema = None, b""
@@ -237,7 +257,7 @@ class Sandbox:
             schema_id, new = child.id_of(work.schema)
             schema = work.schema if new else b""
         items: list[int | tuple[int, str]] = []
-        for text in work.filters:
+        for text in texts:
             i, new = child.id_of(text)
             items.append((i, text) if new else i)
         frame = wire.request(
@@ -248,6 +268,7 @@ class Sandbox:
         verdict = Verdict()
         on_schema = schema_id is not None
         loop = asyncio.get_running_loop()
+        os.lseek(child.verdicts, 0, os.SEEK_SET)
         try:
             async with asyncio.timeout(
                 self.schema_seconds if on_schema else self.filter_seconds
@@ -255,22 +276,44 @@ class Sandbox:
                 stdin.write(frame)
                 await stdin.drain()
                 if on_schema:
-                    failure = _failure(await child.answers.next())
-                    if failure is not None:
-                        verdict.schema = failure
+                    verdict.schema = _failure(await child.answers.next())
+                    if verdict.schema is not None:
                         return verdict, not await child.answers.next()
                     on_schema = False
                     budget.reschedule(loop.time() + self.filter_seconds)
-                while len(verdict.filters) < len(work.filters):
-                    verdict.filters.append(await child.answers.next())
-                return verdict, not await child.answers.next()
+                retire = await child.answers.next()
+                sent = child.written() if texts else []
+                if len(sent) != len(texts):
+                    raise wire.ProtocolError(f"{len(sent)} verdicts for {len(texts)} filters")
+                if retire:  # past its memory: the filters that did it go last next time
+                    self._mark([t for t, v in zip(texts, sent, strict=True) if v == FILTER_MEMORY])
+                verdict.filters = _in_order(sent, order)
+                return verdict, not retire
         except TimeoutError:
-            _blame(verdict, work, on_schema, memory=False)
+            memory = False
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.kill()
         except (EOFError, ConnectionError, wire.ProtocolError) as exc:
-            code = await _end(child.proc, within=1.0)
-            log.warning("sandbox.child_died", app=work.app, code=code, error=str(exc))
-            _blame(verdict, work, on_schema, memory=True)
+            memory = True
+            log.warning("sandbox.child_died", app=work.app, error=str(exc))
+        await _end(child.proc, within=1.0)  # ended: what it wrote is all it wrote
+        if on_schema:
+            if verdict.schema is None:  # else it was decided, and only its end was late
+                verdict.schema = SchemaFailure("memory" if memory else "time")
+            return verdict, False
+        sent = child.written()[: len(texts)]
+        if len(sent) < len(texts):  # the filter in progress, and those not reached
+            self._mark([texts[len(sent)]])
+            sent.append(FILTER_MEMORY if memory else FILTER_TIME)
+            rest = FILTER_LOST if memory else FILTER_UNREACHED
+            sent += [rest] * (len(texts) - len(sent))
+        verdict.filters = _in_order(sent, order)
         return verdict, False
+
+    def _mark(self, texts: list[str]) -> None:
+        if len(self._costly) + len(texts) > MAX_KNOWN:
+            self._costly.clear()
+        self._costly.update(dict.fromkeys(texts))
 
     async def close(self) -> None:
         """End every child (stdin closed, then SIGKILL after a second) and the restarts."""
@@ -285,6 +328,7 @@ class Sandbox:
         if child.proc.stdin is not None:
             child.proc.stdin.close()
         await _end(child.proc, within=1.0)
+        child.forget()
 
 
 def _failure(answer: Any) -> SchemaFailure | None:
@@ -294,16 +338,32 @@ def _failure(answer: Any) -> SchemaFailure | None:
     return SchemaFailure(kind, *rest)
 
 
-def _blame(verdict: Verdict, work: Work, on_schema: bool, *, memory: bool) -> None:
-    """Verdicts for the item in progress (over budget) and those not reached."""
-    if on_schema:
-        if verdict.schema is None:  # else it was decided, and only its end frame was late
-            verdict.schema = SchemaFailure("memory" if memory else "time")
-        return
-    left = len(work.filters) - len(verdict.filters)
-    if left > 0:
-        verdict.filters.append(FILTER_MEMORY if memory else FILTER_TIME)
-        verdict.filters.extend([FILTER_LOST if memory else FILTER_UNREACHED] * (left - 1))
+def _in_order(sent: list[Any], order: list[int]) -> list[Any]:
+    """Verdicts in the work's order, from those in the order they were sent."""
+    if all(i == k for k, i in enumerate(order)):
+        return sent
+    verdicts: list[Any] = [None] * len(order)
+    for k, i in enumerate(order):
+        verdicts[i] = sent[k]
+    return verdicts
+
+
+def _verdict_file() -> int:
+    """A file for a child's verdicts: in memory where Linux offers it, else a temporary
+    file (unlinked)."""
+    try:
+        return os.memfd_create("relay-sandbox-verdicts", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        with tempfile.TemporaryFile() as f:
+            return os.dup(f.fileno())
+
+
+async def _abandon(proc: asyncio.subprocess.Process | None, verdicts: int) -> None:
+    """Undo a start that failed or was cancelled."""
+    if proc is not None:
+        await _end(proc)
+    if verdicts >= 0:
+        os.close(verdicts)
 
 
 async def _end(proc: asyncio.subprocess.Process, within: float = 0.0) -> int | None:

@@ -1,16 +1,20 @@
-"""The frames between a relay process and its evaluator children, over their pipes.
+"""The frames between a relay process and its evaluator children.
 
-A request (parent to child) is one frame: three big-endian u32 lengths, then a JSON
-header, the schema (JSON, only the first time this child is sent it) and the payload
-(the JSON bytes being published, as they are). The header is ``[reset, event_type, app,
-schema, filters]``: ``schema`` is null or the id the child knows the schema by;
-``filters`` lists an id per filter, or ``[id, text]`` the first time this child is sent
-that text. ``reset``: the child forgets every id first (the parent's count of what
-the child holds reached its bound).
+A request (parent to child, on the child's stdin) is one frame: three big-endian u32
+lengths, then a JSON header, the schema (JSON, only the first time this child is sent
+it) and the payload (the JSON bytes being published, as they are). The header is
+``[reset, event_type, app, schema, filters]``: ``schema`` is null or the id the child
+knows the schema by; ``filters`` lists an id per filter, or ``[id, text]`` the first
+time this child is sent that text. ``reset``: the child forgets every id first (the
+parent's count of what the child holds reached its bound).
 
-An answer (child to parent) is a big-endian u32 length and a JSON value, one per item
-as it is decided (so a deadline knows which item was running): the schema's verdict,
-then one per filter, then ``retire`` (true: the child asks to be replaced).
+An answer is a big-endian u32 length and a JSON value. On the child's stdout: the
+schema's verdict (when there is a schema), then ``[retire]`` when the request is done
+(true: the child asks to be replaced). The filters' verdicts, one per filter as each is
+decided, go to the verdict file the parent handed the child (its offset, shared, is
+set to 0 by the parent before each request): writing there wakes no one, and what a
+child wrote before it was killed at a deadline or died is still there to be read, so
+the filter in progress is known and blamed.
 """
 
 from __future__ import annotations
@@ -114,3 +118,18 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def parse(data: bytes) -> list[Any]:
+    """The complete answers in ``data`` (a trailing partial one, cut by a kill, is not)."""
+    found, at = [], 0
+    while len(data) - at >= ANSWER.size:
+        (size,) = ANSWER.unpack_from(data, at)
+        if size > MAX_ANSWER:
+            raise ProtocolError(f"answer of {size} bytes")
+        end = at + ANSWER.size + size
+        if end > len(data):
+            break
+        found.append(orjson.loads(data[at + ANSWER.size : end]))
+        at = end
+    return found

@@ -82,6 +82,15 @@ async def test_the_filter_running_at_the_deadline_is_blamed(sandbox: Sandbox) ->
     ]
 
 
+async def test_a_filter_that_went_over_is_judged_last_next_time(sandbox: Sandbox) -> None:
+    """The owner's other filters are not left out behind its costly one twice."""
+    await sandbox.judge(work({}, "true"))
+    first = await sandbox.judge(work({"n": 1}, SLOW_FILTER, "payload.n == 1"))
+    assert first.filters == [FILTER_TIME, FILTER_UNREACHED]
+    again = await sandbox.judge(work({"n": 1}, SLOW_FILTER, "payload.n == 1"))
+    assert again.filters == [FILTER_TIME, True]  # in the work's order, judged the other way
+
+
 async def test_a_filter_past_the_memory_budget_is_left_out(sandbox: Sandbox) -> None:
     texts = ("true", MEMORY_FILTER, "payload.l.size() == 400")
     verdict = await sandbox.judge(work(MEMORY_PAYLOAD, *texts))
