@@ -147,15 +147,15 @@ def _check_pattern(literal: str) -> None:
         why = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         if "too large" in why:
             raise FilterInvalid(
-                f"the pattern {_short(pattern)!r} of matches() is too large for RE2 "
+                f"the pattern '{_short(pattern)}' of matches() is too large for RE2 "
                 f"(the limit is {MAX_REGEX_PROGRAM} instructions)"
             ) from None
         raise FilterInvalid(
-            f"the pattern {_short(pattern)!r} of matches() is not RE2: {why}"
+            f"the pattern '{_short(pattern)}' of matches() is not RE2: {why}"
         ) from None
     if size > MAX_REGEX_PROGRAM:
         raise FilterInvalid(
-            f"the pattern {_short(pattern)!r} of matches() compiles to {size} RE2 "
+            f"the pattern '{_short(pattern)}' of matches() compiles to {size} RE2 "
             f"instructions; the limit is {MAX_REGEX_PROGRAM} (a counted repetition of a "
             "large class, such as \\pL{1,200}, is the usual cause)"
         )
