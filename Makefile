@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/outbox.py
 	$(BIN)/python bench/ack.py
 	$(BIN)/python bench/filters.py
+	$(BIN)/python bench/hostile.py
 	$(BIN)/python bench/crypto.py
 	$(BIN)/python bench/tracing.py
 	$(BIN)/python bench/apiauth.py
