@@ -7,9 +7,9 @@ sent are decided in one place. The write itself is one script (``publish.lua``):
 :meth:`Publisher.publish` returns, everything is in Redis.
 
 The logic a publish runs for tenants (its type's JSON Schema, its targets' filters) is
-judged by the publisher's judge in one call: the API and the outbox connector pass a
-:class:`relay.sandbox.Sandbox` (child processes, within budgets); without one it runs
-in this process (:class:`relay.sandbox.Inline`).
+judged by the publisher's judge in one call: the API, the outbox connector and the ops
+relay pass a :class:`relay.sandbox.Sandbox` (child processes, within budgets); without
+one it runs in this process (:class:`relay.sandbox.Inline`, for tests).
 """
 
 from __future__ import annotations

@@ -28,10 +28,12 @@ from relay.domain import redisfacts
 from relay.ops import metrics
 from relay.ops.replays import ReplayRunner
 from relay.ops.retention import Retention
+from relay.publishing import Publisher
 from relay.queue.base import answers
 from relay.queue.errors import NOT_UP
 from relay.queue.store import Claimed, Store, connect
 from relay.redisproc import RedisServer, free_port
+from relay.sandbox import Sandbox
 from relay.settings import DEV_REDIS_RECORD, Settings, TestHooks
 
 T = TypeVar("T")
@@ -149,7 +151,10 @@ async def run_worker(
     sweeper = asyncio.create_task(Retention(store).run(), name="relay-sweeper")
     replays_stop = asyncio.Event()  # reconciliation replay jobs (relay/ops/replays.py)
     replays = asyncio.create_task(ReplayRunner(store).run(replays_stop), name="relay-replays")
-    ops = OpsRelay(store)  # operational events from the ops outboxes into the ops app
+    # operational events from the ops outboxes into the ops app; the ops app's endpoint
+    # filters and its types' schemas run in a sandbox, as every tenant's do
+    sandbox = Sandbox()
+    ops = OpsRelay(store, Publisher(store, judge=sandbox, relay_events=True))
     worker.on_ops = ops.poke
     relay_task = asyncio.create_task(ops.run(stop), name="relay-ops-events")
     try:
@@ -157,6 +162,7 @@ async def run_worker(
     finally:
         replays_stop.set()
         await stop_tasks(sweeper, relay_task)
+        await sandbox.close()
         await asyncio.gather(replays, return_exceptions=True)
         if exporter is not None:
             await exporter.cleanup()

@@ -4,8 +4,8 @@ A publish may run two kinds of logic its publisher does not control: the JSON Sc
 its event type and the CEL filters of its target endpoints. :class:`Work` carries them
 with the payload; a :class:`Verdict` says whether the payload passed the schema and,
 per filter, whether that endpoint gets the event. :class:`Inline` judges in the calling
-process, with no budget (relay's own publishers, tests); :class:`relay.sandbox.Sandbox`
-judges in child processes, within the budgets below.
+process, with no budget (tests, and callers that trust the logic);
+:class:`relay.sandbox.Sandbox` judges in child processes, within the budgets below.
 """
 
 from __future__ import annotations
@@ -94,8 +94,8 @@ class Judge(Protocol):
 
 
 class Inline:
-    """Judges in this process, with no time or memory budget: for logic relay trusts
-    (the ops relay's own events) and for tests."""
+    """Judges in this process, with no time or memory budget: for tests, and callers
+    that trust the logic they run."""
 
     def __init__(self) -> None:
         self.programs = filters.ProgramCache()
