@@ -11,9 +11,11 @@ child that dies, or runs out of its address space
 
 Fairness: an app has at most one request in flight here (its publishes queue behind
 each other), so one app's costly logic holds at most one child and every other app
-keeps the rest; an app whose request cost a child (killed, or retired past its memory)
+keeps the rest. An app whose request cost a child (killed, or retired past its memory)
 waits for that child's replacement before its next request, rather than taking the
-child the others are using meanwhile. The event loop only writes and reads pipes.
+child the others are using meanwhile, and for :data:`PENALTY_SECONDS` takes its turns in
+one lane shared with every other such app: several costly apps together hold one child.
+The event loop only writes and reads pipes.
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sys
-import tempfile
-from dataclasses import dataclass, field
+import time
 from typing import Any
 
 import structlog
 
-from relay.sandbox import wire
+from relay.sandbox import children, wire
+from relay.sandbox.children import Child, SandboxUnavailable
 from relay.sandbox.work import (
     FILTER_LOST,
     FILTER_MEMORY,
@@ -44,38 +45,12 @@ from relay.sandbox.work import (
 log = structlog.get_logger("relay.sandbox")
 
 PROCESSES = 2  # children per relay process: one app can hold one of them at most
-START_SECONDS = 30.0  # a child that is not ready by then is not coming
 MAX_KNOWN = 1_000  # texts a child holds compiled; past it the child forgets them all
 RESTART_DELAY = 1.0  # between attempts to replace a child that could not be started
-
-
-class SandboxUnavailable(RuntimeError):
-    """No evaluator could be started: nothing was judged (retry later)."""
-
-
-@dataclass(eq=False)
-class _Child:
-    proc: asyncio.subprocess.Process
-    answers: wire.Answers
-    verdicts: int  # the verdict file (relay.sandbox.wire), shared with the child
-    known: dict[str | bytes, int] = field(default_factory=dict)
-
-    def written(self) -> list[Any]:
-        """The verdicts the child wrote for the request in progress, or its last."""
-        return wire.parse(os.pread(self.verdicts, os.lseek(self.verdicts, 0, os.SEEK_CUR), 0))
-
-    def forget(self) -> None:
-        """Close the verdict file (the child has ended)."""
-        with contextlib.suppress(OSError):
-            os.close(self.verdicts)
-
-    def id_of(self, text: str | bytes) -> tuple[int, bool]:
-        """The id this child knows ``text`` by, and whether it is new to it."""
-        got = self.known.get(text)
-        if got is not None:
-            return got, False
-        got = self.known[text] = len(self.known)
-        return got, True
+# An app whose request cost a child (over a budget) takes its turns in one lane shared
+# with every other such app, this long: together they hold one child at most.
+PENALTY_SECONDS = 60.0
+LANE = "\x00lane"  # the lane's key among the apps owing a replacement (no app's name)
 
 
 class _Turn:
@@ -101,11 +76,13 @@ class Sandbox:
         self.processes = processes
         self.schema_seconds = schema_seconds
         self.filter_seconds = filter_seconds
-        self._idle: asyncio.Queue[_Child] = asyncio.Queue()
-        self._children: set[_Child] = set()
+        self._idle: asyncio.Queue[Child] = asyncio.Queue()
+        self._children: set[Child] = set()
         self._starting = 0
         self._turns: dict[str, _Turn] = {}
         self._owed: dict[str, asyncio.Task[None]] = {}  # app -> the restart it caused
+        self._penalty: dict[str, float] = {}  # app -> when its turns in the lane end
+        self._lane = asyncio.Lock()
         self._costly: dict[str, None] = {}  # filter texts that went over a budget
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -126,33 +103,56 @@ class Sandbox:
         turn.users += 1
         try:
             async with turn.lock:
-                owed = self._owed.get(work.app)
-                if owed is not None:  # this app's last request cost a child: its
-                    # replacement first, so the other apps keep the children they have
-                    await asyncio.wait([owed], timeout=START_SECONDS)
-                child = await self._take()
-                usable = False
-                try:
-                    verdict, usable = await self._ask(child, work)
-                finally:  # a cancelled request leaves the child mid-answer: replace it
-                    if usable:
-                        self._idle.put_nowait(child)
-                    else:
-                        self._owe(work.app, self._replace(child))
-                return verdict
+                if self._penalized(work.app):
+                    async with self._lane:  # one child for all the apps that went over
+                        return await self._judge(work, (work.app, LANE))
+                return await self._judge(work, (work.app,))
         finally:
             turn.users -= 1
             if not turn.users:
                 del self._turns[work.app]
 
-    async def _take(self) -> _Child:
+    async def _judge(self, work: Work, debtors: tuple[str, ...]) -> Verdict:
+        """Judge on an idle child once the replacements ``debtors`` (the app, and the
+        lane) caused are up, so the other apps keep the children they have."""
+        owed = [t for d in debtors if (t := self._owed.get(d)) is not None]
+        if owed:
+            await asyncio.wait(owed, timeout=children.START_SECONDS)
+        child = await self._take()
+        usable = False
+        try:
+            verdict, usable = await self._ask(child, work)
+        finally:  # a cancelled request leaves the child mid-answer: replace it too
+            if usable:
+                self._idle.put_nowait(child)
+            else:
+                restart = self._replace(child)
+                for debtor in debtors:
+                    self._owe(debtor, restart)
+                self._penalize(work.app)
+        return verdict
+
+    def _penalized(self, app: str) -> bool:
+        until = self._penalty.get(app)
+        if until is not None and until <= time.monotonic():
+            del self._penalty[app]
+            return False
+        return until is not None
+
+    def _penalize(self, app: str) -> None:
+        if len(self._penalty) >= MAX_KNOWN:
+            now = time.monotonic()
+            self._penalty = {a: t for a, t in self._penalty.items() if t > now}
+        self._penalty[app] = time.monotonic() + PENALTY_SECONDS
+
+    async def _take(self) -> Child:
         """An idle child; the pool is filled up first (all of it on first need, so a
         second app never waits for a start behind the first)."""
         while True:
             if self._idle.empty():
                 self._fill()
                 try:
-                    child = await asyncio.wait_for(self._idle.get(), START_SECONDS)
+                    child = await asyncio.wait_for(self._idle.get(), children.START_SECONDS)
                 except TimeoutError:
                     raise SandboxUnavailable("no evaluator process became ready") from None
             else:
@@ -165,7 +165,7 @@ class Sandbox:
         for _ in range(self.processes - len(self._children) - self._starting):
             self._spawn(None)
 
-    def _spawn(self, old: _Child | None) -> asyncio.Task[None]:
+    def _spawn(self, old: Child | None) -> asyncio.Task[None]:
         """Start a child in the background (after reaping ``old``); it joins the idle."""
         self._starting += 1
         task = asyncio.create_task(self._bring_up(old), name="relay-sandbox-start")
@@ -173,10 +173,10 @@ class Sandbox:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _bring_up(self, old: _Child | None) -> None:
+    async def _bring_up(self, old: Child | None) -> None:
         try:
             if old is not None:
-                await _end(old.proc)
+                await children.end(old.proc)
                 old.forget()
             while not self._closed:
                 try:
@@ -189,36 +189,13 @@ class Sandbox:
         finally:
             self._starting -= 1
 
-    async def _start(self) -> _Child:
-        proc, verdicts = None, -1
-        try:
-            verdicts = _verdict_file()
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "relay.sandbox.child",
-                str(verdicts),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                pass_fds=(verdicts,),
-            )
-            assert proc.stdout is not None
-            child = _Child(proc, wire.Answers(proc.stdout), verdicts)
-            ready = await asyncio.wait_for(child.answers.next(), START_SECONDS)
-            if not isinstance(ready, dict) or "ready" not in ready:
-                raise wire.ProtocolError(f"not a ready answer: {ready!r}")
-        except (OSError, EOFError, TimeoutError, wire.ProtocolError) as exc:
-            await _abandon(proc, verdicts)
-            log.error("sandbox.start_failed", error=str(exc) or type(exc).__name__)
-            raise SandboxUnavailable(f"an evaluator process could not start: {exc}") from None
-        except asyncio.CancelledError:  # closing: the child must not outlive its start
-            await _abandon(proc, verdicts)
-            raise
+    async def _start(self) -> Child:
+        child = await children.start()
         self.started += 1
         self._children.add(child)
         return child
 
-    def _replace(self, child: _Child) -> asyncio.Task[None] | None:
+    def _replace(self, child: Child) -> asyncio.Task[None] | None:
         """Kill ``child`` (it may be running someone's logic) and start another: the
         task that starts it."""
         self.stopped += 1
@@ -241,7 +218,7 @@ class Sandbox:
 
         restart.add_done_callback(paid)
 
-    async def _ask(self, child: _Child, work: Work) -> tuple[Verdict, bool]:
+    async def _ask(self, child: Child, work: Work) -> tuple[Verdict, bool]:
         """Send ``work`` to ``child`` and read its verdicts; whether ``child`` is still
         fit for another request. Filters that went over a budget before are sent last,
         so the others of the publish are judged before the budget can run out."""
@@ -296,7 +273,7 @@ class Sandbox:
         except (EOFError, ConnectionError, wire.ProtocolError) as exc:
             memory = True
             log.warning("sandbox.child_died", app=work.app, error=str(exc))
-        await _end(child.proc, within=1.0)  # ended: what it wrote is all it wrote
+        await children.end(child.proc, within=1.0)  # ended: what it wrote is all it wrote
         if on_schema:
             if verdict.schema is None:  # else it was decided, and only its end was late
                 verdict.schema = SchemaFailure("memory" if memory else "time")
@@ -323,11 +300,11 @@ class Sandbox:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(self._stop(c) for c in list(self._children)))
 
-    async def _stop(self, child: _Child) -> None:
+    async def _stop(self, child: Child) -> None:
         self._children.discard(child)
         if child.proc.stdin is not None:
             child.proc.stdin.close()
-        await _end(child.proc, within=1.0)
+        await children.end(child.proc, within=1.0)
         child.forget()
 
 
@@ -346,31 +323,3 @@ def _in_order(sent: list[Any], order: list[int]) -> list[Any]:
     for k, i in enumerate(order):
         verdicts[i] = sent[k]
     return verdicts
-
-
-def _verdict_file() -> int:
-    """A file for a child's verdicts: in memory where Linux offers it, else a temporary
-    file (unlinked)."""
-    try:
-        return os.memfd_create("relay-sandbox-verdicts", os.MFD_CLOEXEC)
-    except (AttributeError, OSError):
-        with tempfile.TemporaryFile() as f:
-            return os.dup(f.fileno())
-
-
-async def _abandon(proc: asyncio.subprocess.Process | None, verdicts: int) -> None:
-    """Undo a start that failed or was cancelled."""
-    if proc is not None:
-        await _end(proc)
-    if verdicts >= 0:
-        os.close(verdicts)
-
-
-async def _end(proc: asyncio.subprocess.Process, within: float = 0.0) -> int | None:
-    """Wait up to ``within`` for ``proc`` to exit, then SIGKILL it and reap it."""
-    if within:
-        with contextlib.suppress(TimeoutError):
-            return await asyncio.wait_for(proc.wait(), within)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    return await proc.wait()

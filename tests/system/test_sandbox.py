@@ -91,6 +91,27 @@ async def test_a_filter_that_went_over_is_judged_last_next_time(sandbox: Sandbox
     assert again.filters == [FILTER_TIME, True]  # in the work's order, judged the other way
 
 
+async def test_apps_that_went_over_share_one_child(sandbox: Sandbox) -> None:
+    """Two costly apps at once hold one child between them, not both: B is judged at
+    once all along (seen failing without the lane: B waited about a second each time
+    both children were busy with H1's and H2's filters)."""
+    await sandbox.judge(work({}, "true", app="b"))
+    for app in ("h1", "h2"):  # their first costly requests, one after the other
+        assert (await sandbox.judge(work({}, SLOW_FILTER, app=app))).filters == [FILTER_TIME]
+    hostile = asyncio.gather(
+        *(sandbox.judge(work({}, SLOW_FILTER, app=a)) for a in ("h1", "h2", "h1", "h2"))
+    )
+    waits = []
+    while not hostile.done():
+        started = time.monotonic()
+        verdict = await sandbox.judge(work({"n": 1}, "payload.n == 1", app="b"))
+        waits.append(time.monotonic() - started)
+        assert verdict.filters == [True]
+        await asyncio.sleep(0.02)
+    assert max(waits) < 0.5, sorted(waits)[-3:]
+    assert [v.filters for v in await hostile] == [[FILTER_TIME]] * 4
+
+
 async def test_a_filter_past_the_memory_budget_is_left_out(sandbox: Sandbox) -> None:
     texts = ("true", MEMORY_FILTER, "payload.l.size() == 400")
     verdict = await sandbox.judge(work(MEMORY_PAYLOAD, *texts))
