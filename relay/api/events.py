@@ -44,6 +44,7 @@ def _idempotency_key(request: web.Request) -> str | None:
             "payload_invalid",
             "unknown_event_type",
             "schema_invalid",
+            "schema_budget_exceeded",
             "unknown_endpoint",
             "too_many_deliveries",
             "app_reserved",

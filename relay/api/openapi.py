@@ -40,10 +40,13 @@ ERRORS = {
     "not_found": "no such resource (another app's answers the same)",
     "payload_too_large": "the body, or the event's payload, is over its size limit",
     "validation_error": "the body, the query or a header is not valid (details says where)",
-    "filter_invalid": "the CEL filter does not compile (the compiler's message)",
+    "filter_invalid": "the CEL filter does not compile, or a matches() pattern is not a "
+    "literal RE2 compiles within its size (the reason)",
     "unknown_event_type": "with RELAY_EVENT_TYPES_STRICT=1: a type outside the catalog",
     "payload_invalid": "the payload does not match its event type's schema (path says where)",
     "schema_invalid": "the JSON Schema is not valid, or a $ref resolves to nothing",
+    "schema_budget_exceeded": "validating the payload against its type's schema ran past "
+    "its budget (1 s, 256 MiB); nothing written",
     "app_reserved": "the app is relay's own (RELAY_OPS_APP)",
     "unknown_endpoint": "an endpoint id that does not exist (or is another app's)",
     "too_many_deliveries": "more than 1,024 target endpoints for one event",
@@ -57,7 +60,8 @@ ERRORS = {
     "conflict": "a generated id was taken; retry",
     "rotation_too_soon": "the endpoint rotated less than a minute ago (Retry-After)",
     "rate_limited": "the credential is past RELAY_API_RATE (Retry-After)",
-    "unavailable": "Redis is down, loading, read-only or full: nothing written; retry",
+    "unavailable": "Redis is down, loading, read-only or full, or no evaluator for filters "
+    "and schemas could start: nothing written; retry",
     "replication_timeout": "not confirmed by RELAY_ACK_REPLICAS replicas in time; retry",
     "invalid_cursor": "a cursor relay did not make for this caller; list from the start",
     "public_url_required": "the Host is not loopback and RELAY_PUBLIC_URL is not set",
