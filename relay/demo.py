@@ -49,5 +49,6 @@ def run_receiver(
 
     app = web.Application()
     app.router.add_route("POST", "/{tail:.*}", handle)
-    click.echo(f"demo receiver on http://{host}:{port}/ answering {status}")
-    web.run_app(app, host=host, port=port, print=None, access_log=None)
+    banner = f"demo receiver on http://{host}:{port}/ answering {status}"
+    # run_app calls ``print`` once its socket is bound: no banner for a port it cannot take
+    web.run_app(app, host=host, port=port, print=lambda _: click.echo(banner), access_log=None)

@@ -63,7 +63,9 @@ def redis_env(redis_server: Any) -> dict[str, str]:
 
 
 def test_receiver_on_a_busy_port(tmp_path: Path, busy: int) -> None:
-    one_line(run(tmp_path, "receiver", "--port", str(busy)), f"127.0.0.1:{busy}", "in use")
+    got = run(tmp_path, "receiver", "--port", str(busy))
+    one_line(got, f"127.0.0.1:{busy}", "in use")
+    assert "demo receiver on" not in got.stdout, "a banner for a port it never took"
 
 
 @pytest.mark.parametrize(
