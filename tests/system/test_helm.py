@@ -118,6 +118,11 @@ T = {"existingSecret": "t"}
             },
             "keep the password in the Secret only",
         ),
+        ({"redis": R | {"existingSecret": "u"}, "apiTokens": T}, "set one of redis.url"),
+        (
+            {"redis": {"existingSecret": "u", "password": {"existingSecret": "s"}}, "apiTokens": T},
+            "set one of redis.url",
+        ),
     ],
 )
 def test_chart_refuses_values_relay_cannot_run_with(values: dict[str, Any], message: str) -> None:

@@ -286,6 +286,9 @@ securityContext:
 {{- if and (not .Values.apiTokens.existingSecret) (not .Values.apiTokens.value) (ne (toString (index .Values.config "RELAY_AUTH_DISABLED" | default "0")) "1") -}}
 {{- fail "apiTokens.existingSecret is required: `relay api` refuses to start without RELAY_API_TOKENS (create the Secret: see values.yaml)" -}}
 {{- end -}}
+{{- if and .Values.redis.existingSecret (or .Values.redis.url .Values.redis.password.existingSecret) -}}
+{{- fail "set one of redis.url (with redis.password) and redis.existingSecret (the whole URL), not both" -}}
+{{- end -}}
 {{- if and .Values.redis.tls.certKey (not .Values.redis.tls.keyKey) -}}
 {{- fail "redis.tls.certKey needs redis.tls.keyKey" -}}
 {{- end -}}
