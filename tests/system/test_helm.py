@@ -130,6 +130,27 @@ def test_chart_refuses_values_relay_cannot_run_with(values: dict[str, Any], mess
         render_values(values)
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"worker": {"autoscalling": {"enabled": True}}},
+        {"redis": {"mode": "replicated"}},
+        {"api": {"replicas": "two"}},
+        {"config": {"REDIS_URL": "redis://r/0"}},
+    ],
+    ids=["misspelt-key", "unknown-mode", "wrong-type", "not-a-relay-setting"],
+)
+def test_values_schema_refuses_what_the_chart_would_ignore(values: dict[str, Any]) -> None:
+    """values.schema.json: a misspelt or mistyped value fails instead of being ignored."""
+    merged = values_of("default")
+    for key, value in values.items():
+        merged[key] = merged.get(key, {}) | value
+    with pytest.raises(helm().HelmError, match="schema"):
+        render_values(merged)
+    report = helm().lint(str(CHART), merged, strict=True, namespace="relay")
+    assert report["errors"], values
+
+
 # ---- secrets: only through Secrets --------------------------------------------------
 
 
