@@ -78,6 +78,8 @@ PATH_PARAMS = {
     "apps": "the app's name",
 }
 
+# the SPDX identifier of the license, as pyproject.toml declares it
+LICENSE = "Apache-2.0"
 LOCAL_SERVER = {"url": "http://127.0.0.1:8080", "description": "relay dev (make run)"}
 
 DESCRIPTION = """\
@@ -222,7 +224,12 @@ def openapi_document(public_url: str = "") -> dict[str, Any]:
     servers = [{"url": public_url, "description": "this relay"}] if public_url else []
     return {
         "openapi": "3.1.0",
-        "info": {"title": "relay", "version": __version__, "description": DESCRIPTION},
+        "info": {
+            "title": "relay",
+            "version": __version__,
+            "description": DESCRIPTION,
+            "license": {"name": LICENSE, "identifier": LICENSE},
+        },
         "servers": [*servers, LOCAL_SERVER],
         "tags": [{"name": name, "description": text} for name, text in TAGS.items()],
         "paths": paths,
