@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-unit test-redis test-system lint docs setup crash bench screenshots clean
+.PHONY: run test test-unit test-redis test-system lint docs setup crash bench screenshots clean dist
 
 $(STAMP): pyproject.toml tools/package-lock.json
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,6 +37,11 @@ test: $(STAMP) lint docs
 test-unit test-redis test-system: test-%: $(STAMP)
 	$(BIN)/pytest -q tests/$*
 
+# the sdist and the wheel of relay-webhooks, in dist/ (docs/operating/image.md)
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
 screenshots: $(STAMP)
 	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q \
 	  tests/system/test_browser.py tests/system/test_browser_types.py \
@@ -60,4 +65,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/pool.py
 
 clean:
-	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache build/site tools/node_modules
+	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache build/site tools/node_modules dist

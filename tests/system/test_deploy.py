@@ -469,7 +469,7 @@ def test_dockerfile_structure() -> None:
         if op == "COPY" and not rest.startswith("--from")
         for s in rest.split()[:-1]
     ]
-    assert set(sources) == {"pyproject.toml", "relay/"}
+    assert set(sources) == {"pyproject.toml", "README.md", "LICENSE", "relay/"}
     for src in sources:
         path = src.rstrip("/")
         assert (ROOT / path).exists(), src

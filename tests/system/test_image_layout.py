@@ -4,8 +4,8 @@ No Docker daemon runs on this machine, and podman/buildah are not installed (roo
 containers do not work in this sandbox), so the image itself is not built here. This
 test assembles what ``deploy/Dockerfile`` assembles and runs it the way the image does:
 
-* the build context is only what the Dockerfile copies (``pyproject.toml``, ``relay/``),
-  and the wheel is built from that copy;
+* the build context is only what the Dockerfile copies (``pyproject.toml``, ``README.md``,
+  ``LICENSE``, ``relay/``), and the wheel is built from that copy;
 * the wheel goes into a clean virtualenv (``python -m venv``, then ``pip install``, as
   the build stage does), and the build stage's own Lua check runs in it;
 * the process starts with the image's ENTRYPOINT + CMD (``relay api``), with the image's
@@ -81,7 +81,8 @@ def image_venv() -> Iterator[Path]:
     try:
         context = top / "src"
         context.mkdir()
-        shutil.copy(ROOT / "pyproject.toml", context)
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            shutil.copy(ROOT / name, context)
         shutil.copytree(
             ROOT / "relay", context / "relay", ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -90,7 +91,7 @@ def image_venv() -> Iterator[Path]:
         subprocess.run(
             [*pip, "wheel", "--no-deps", "-w", str(wheels), str(context)], check=True, timeout=300
         )
-        (wheel,) = wheels.glob("relay-*.whl")
+        (wheel,) = wheels.glob("relay_webhooks-*.whl")
         venv = top / "venv"
         # The image's python is the system one (/usr/local/bin there). Run as uid 10001,
         # the venv's interpreter must be one that user can execute: this checkout's may
