@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-unit test-redis test-system lint docs setup crash bench screenshots clean dist
+.PHONY: run test test-unit test-redis test-system lint docs setup crash bench screenshots clean dist lock
 
 $(STAMP): pyproject.toml tools/package-lock.json
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,6 +36,16 @@ test: $(STAMP) lint docs
 
 test-unit test-redis test-system: test-%: $(STAMP)
 	$(BIN)/pytest -q tests/$*
+
+# requirements.lock (docs/operating/image.md): every runtime dependency of pyproject.toml,
+# transitive ones too, pinned with the hashes of its files; the image installs only that.
+# Run it on Linux with CPython 3.11, as the image is. It keeps the pins it has unless
+# pyproject.toml moves them; `make lock UPGRADE=1` takes the newest of the others.
+lock: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[lock]'
+	CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile --quiet --generate-hashes \
+	  --strip-extras --no-emit-index-url --no-emit-find-links $(if $(filter 1,$(UPGRADE)),--upgrade) \
+	  --output-file requirements.lock pyproject.toml
 
 # the sdist and the wheel of relay-webhooks, in dist/ (docs/operating/image.md)
 dist: $(STAMP)
