@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-unit test-redis test-system lint docs setup crash bench screenshots clean dist lock
+.PHONY: run test test-unit test-redis test-system lint docs setup crash bench screenshots clean dist lock image
 
 $(STAMP): pyproject.toml tools/package-lock.json
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,6 +46,19 @@ lock: $(STAMP)
 	CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile --quiet --generate-hashes \
 	  --strip-extras --no-emit-index-url --no-emit-find-links $(if $(filter 1,$(UPGRADE)),--upgrade) \
 	  --output-file requirements.lock pyproject.toml
+
+# the image of deploy/Dockerfile (docs/operating/image.md), tagged relay:VERSION, with
+# docker when its daemon answers, else podman; BUILDER=docker|podman picks one. podman
+# builds OCI images unless told --format docker, and an OCI image has no HEALTHCHECK.
+VERSION := $(shell sed -n 's/^__version__ = "\([^"]*\)".*/\1/p' relay/__init__.py)
+IMAGE   ?= relay:$(VERSION)
+BUILDER ?= $(shell if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; \
+	then echo docker; elif command -v podman >/dev/null 2>&1; then echo podman; fi)
+
+image:
+	@test -n "$(BUILDER)" || { echo "make image: no docker daemon answers and podman is not installed" >&2; exit 1; }
+	$(BUILDER) build $(if $(filter podman,$(BUILDER)),--format docker) \
+	  -f deploy/Dockerfile -t $(IMAGE) .
 
 # the sdist and the wheel of relay-webhooks, in dist/ (docs/operating/image.md)
 dist: $(STAMP)
