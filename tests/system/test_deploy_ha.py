@@ -8,14 +8,22 @@ promote a replica, and starts the killed node again through the script: it must 
 back as a replica of the new primary, not as a second primary. Fails with the script's
 Sentinel question removed (every start trusting ``FIRST_PRIMARY``): the restarted node
 comes back as a primary beside the promoted one.
+
+The script and redis.conf run from a checkout of their own, as on a machine: after the
+failover (Sentinel's CONFIG REWRITE on every node it reconfigures, and each Sentinel
+rewriting its file) both are byte-identical, the rewrites having landed in each node's
+and each Sentinel's own copy. Run as root (as here), the test gives the script a user
+(``RUN_AS``) and every ``redis-server`` runs as that user, never as root.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,6 +138,9 @@ def test_compose_override_validates_and_points_relay_at_the_sentinels() -> None:
         assert env["RELAY_REDIS_SENTINELS"] == ",".join(f"{s}:26379" for s in sentinels)
     for name in nodes + sentinels:
         env = services[name]["environment"]
+        # started as root by the image, the script hands the data folder to the image's
+        # redis user and runs redis-server as it
+        assert env["RUN_AS"] == "redis" and "user" not in services[name], name
         assert env["SELF_HOST"] == name
         assert env["SENTINELS"] == " ".join(f"{s}:26379" for s in sentinels)
         assert env["FIRST_PRIMARY"] == "redis"
@@ -141,18 +152,56 @@ def test_compose_override_validates_and_points_relay_at_the_sentinels() -> None:
 # ---- the script, run -----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("mode", ["redis", "sentinel"])
+def test_script_refuses_to_run_redis_as_root(tmp_path: Path, mode: str) -> None:
+    """Started as root without RUN_AS, the script starts nothing and says why."""
+    if os.geteuid() != 0:
+        pytest.skip("only a run as root can show the refusal")
+    env = {
+        "PATH": os.environ["PATH"],
+        "SELF_HOST": "127.0.0.1",
+        "FIRST_PRIMARY": "127.0.0.1",
+        "FIRST_PRIMARY_PORT": str(free_port()),
+        "SENTINELS": f"127.0.0.1:{free_port()}",
+        "REDIS_PORT": str(free_port()),
+        "SENTINEL_PORT": str(free_port()),
+        "REDIS_CONF": str(REDIS_CONF),
+        "DATA_DIR": str(tmp_path / "data"),
+        "SENTINEL_DIR": str(tmp_path / "sentinel"),
+    }
+    out = subprocess.run(
+        ["sh", str(SCRIPT), mode],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 2 and "RUN_AS" in out.stderr, out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 class _HA:
-    """3 nodes and 3 Sentinels on loopback, each started through redis-ha.sh."""
+    """3 nodes and 3 Sentinels on loopback, each started through redis-ha.sh from a
+    checkout (``root/checkout``: the script and redis.conf), with a data folder each;
+    as ``nobody`` when the test runs as root."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.node_ports = [free_port() for _ in range(3)]
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        # A copy: Sentinel's reconfiguration runs CONFIG REWRITE on the nodes, which
-        # would edit the file in place (mounted read-only in deploy/, where it fails).
-        self.conf = root / "redis.conf"
+        self.checkout = root / "checkout"
+        self.checkout.mkdir()
+        self.script = self.checkout / "redis-ha.sh"
+        self.conf = self.checkout / "redis.conf"
+        shutil.copyfile(SCRIPT, self.script)
         shutil.copyfile(REDIS_CONF, self.conf)
+        self.pristine = {p: p.read_bytes() for p in (self.script, self.conf)}
+        self.logs = root / "logs"
+        self.logs.mkdir()
+        self.run_as = "nobody" if os.geteuid() == 0 else None
+        self.uid = pwd.getpwnam("nobody").pw_uid if self.run_as else os.getuid()
 
     def _env(self, port: int) -> dict[str, str]:
         return {
@@ -164,6 +213,7 @@ class _HA:
             "MASTER_NAME": "relay",
             "REDIS_PORT": str(port),
             "REDIS_CONF": str(self.conf),
+            **({"RUN_AS": self.run_as} if self.run_as else {}),
             # Not 1 s: on a loaded machine a promoted node busy with its first resyncs can
             # miss a second of PINGs and be failed over again (seen: two switches).
             "DOWN_AFTER_MS": "3000",
@@ -172,12 +222,11 @@ class _HA:
 
     def start_node(self, n: int) -> None:
         port = self.node_ports[n]
-        d = self.root / f"node{n}"
-        d.mkdir(exist_ok=True)
-        log = (d / "log").open("ab")
+        log = (self.logs / f"node{n}.log").open("ab")
         self.procs[f"node{n}"] = subprocess.Popen(
-            ["sh", str(SCRIPT), "redis", "--bind", "127.0.0.1", "--dir", str(d)],
-            env=self._env(port),
+            ["sh", str(self.script), "redis", "--bind", "127.0.0.1"],
+            env=self._env(port) | {"DATA_DIR": str(self.root / f"node{n}")},
+            cwd=self.root,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -190,10 +239,11 @@ class _HA:
             "SENTINEL_PORT": str(port),
             "SENTINEL_DIR": str(d),
         }
-        log = (self.root / f"sentinel{n}.log").open("ab")
+        log = (self.logs / f"sentinel{n}.log").open("ab")
         self.procs[f"sentinel{n}"] = subprocess.Popen(
-            ["sh", str(SCRIPT), "sentinel", "--bind", "127.0.0.1"],
+            ["sh", str(self.script), "sentinel", "--bind", "127.0.0.1"],
             env=env,
+            cwd=self.root,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -203,6 +253,22 @@ class _HA:
         with redis.Redis("127.0.0.1", self.sentinel_ports[sentinel], socket_timeout=2) as c:
             got = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "relay")
         return None if not got else int(got[1])
+
+    def assert_not_root(self) -> None:
+        """Every process started is redis-server (the script exec'd it), running as the
+        test's user or, under root, as RUN_AS: uids, gids and groups."""
+        user = pwd.getpwuid(self.uid)
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                continue
+            status = dict(
+                line.split(":", 1)
+                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+            )
+            assert status["Name"].strip() == "redis-server", (name, status["Name"])
+            assert set(status["Uid"].split()) == {str(self.uid)}, (name, status["Uid"])
+            assert set(status["Gid"].split()) == {str(user.pw_gid)}, (name, status["Gid"])
+            assert self.uid != 0 and "0" not in status["Groups"].split(), name
 
     def stop(self) -> None:
         for p in self.procs.values():
@@ -239,14 +305,19 @@ def _until(check: Any, what: str, timeout: float = 30.0) -> Any:
 
 
 @pytest.fixture
-def ha(tmp_path: Path) -> Iterator[_HA]:
+def ha() -> Iterator[_HA]:
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         pytest.fail("redis-server and redis-cli are needed: apt-get install redis-server")
-    topo = _HA(tmp_path)
+    # Not pytest's tmp_path: its parent is private to the test's user, and RUN_AS's user
+    # must reach its data folders.
+    root = Path(tempfile.mkdtemp(prefix="relay-ha-"))
+    root.chmod(0o755)
+    topo = _HA(root)
     try:
         yield topo
     finally:
         topo.stop()
+        shutil.rmtree(root)
 
 
 @pytest.mark.realredis
@@ -259,6 +330,7 @@ def test_script_builds_the_topology_and_a_killed_primary_rejoins_as_a_replica(ha
     for n in range(3):
         ha.start_sentinel(n)
     assert {ha.master(n) for n in range(3)} == {p0}
+    ha.assert_not_root()
     with redis.Redis("127.0.0.1", p0) as c:
         c.set("acked", "1")
         assert c.wait(2, 2000) == 2
@@ -284,7 +356,7 @@ def test_script_builds_the_topology_and_a_killed_primary_rejoins_as_a_replica(ha
     new = _until(settled, "a replica promoted, and the Sentinels agreeing on it", 60.0)
     assert new in (p1, p2)
 
-    log = ha.root / "node0" / "log"
+    log = ha.logs / "node0.log"
     seen = log.stat().st_size
     ha.start_node(0)  # the script asks the Sentinels: the old primary rejoins as a replica
     _until(lambda: _role(p0) == ("slave", new), "old primary back as a replica of the new")
@@ -300,3 +372,14 @@ def test_script_builds_the_topology_and_a_killed_primary_rejoins_as_a_replica(ha
         assert c.wait(2, 5000) == 2
     with redis.Redis("127.0.0.1", p0) as c:
         assert c.get("after") == b"1"
+    ha.assert_not_root()
+
+    # Sentinel's rewrites went to the copies in the data folders, never to the checkout.
+    assert {p: p.read_bytes() for p in ha.pristine} == ha.pristine
+    rewritten = "# Generated by CONFIG REWRITE"
+    for n in range(3):
+        sentinel_conf = ha.root / f"sentinel{n}" / "sentinel.conf"
+        assert rewritten in sentinel_conf.read_text(), n
+    node_confs = [ha.root / f"node{n}" / "redis-node.conf" for n in range(3)]
+    # the promoted node and the replica Sentinel pointed at it were rewritten
+    assert sum(rewritten in conf.read_text() for conf in node_confs) >= 2
