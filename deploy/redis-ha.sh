@@ -29,6 +29,7 @@
 #   DATA_DIR [/data]  a node's data and its copy of REDIS_CONF
 #   SENTINEL_DIR [/data/sentinel]  a Sentinel's sentinel.conf
 #   RUN_AS         user[:group] to run as when started as root (e.g. redis)
+#   REDIS_PASSWORD  when set, nodes require it (and replicas and Sentinels use it)
 set -eu
 
 REDIS_PORT="${REDIS_PORT:-6379}"
@@ -37,6 +38,9 @@ MASTER_NAME="${MASTER_NAME:-relay}"
 REDIS_CONF="${REDIS_CONF:-/usr/local/etc/redis/redis.conf}"
 DATA_DIR="${DATA_DIR:-/data}"
 SENTINEL_DIR="${SENTINEL_DIR:-/data/sentinel}"
+password="${REDIS_PASSWORD:-}"
+# What is written below may hold the password (sentinel.conf, a node's rewritten copy).
+umask 077
 
 mode="${1:-}"
 case "$mode" in
@@ -91,6 +95,11 @@ case "$mode" in
     # replicaof that a past failover wrote into the copy.
     conf="$DATA_DIR/redis-node.conf"
     cat "$REDIS_CONF" > "$conf"
+    # Options, not lines of the copy: redis-server replaces its command line (no password
+    # in `ps`). masterauth: a node that becomes a replica authenticates to the primary.
+    if [ -n "$password" ]; then
+      set -- --requirepass "$password" --masterauth "$password" "$@"
+    fi
     if [ "$p_host" = "$SELF_HOST" ] && [ "$p_port" = "$REDIS_PORT" ]; then
       exec redis-server "$conf" --dir "$DATA_DIR" --port "$REDIS_PORT" \
         --replica-announce-ip "$SELF_HOST" "$@"
@@ -115,6 +124,9 @@ sentinel down-after-milliseconds $MASTER_NAME ${DOWN_AFTER_MS:-5000}
 sentinel failover-timeout $MASTER_NAME ${FAILOVER_TIMEOUT_MS:-60000}
 sentinel parallel-syncs $MASTER_NAME 1
 EOF
+    if [ -n "$password" ]; then
+      echo "sentinel auth-pass $MASTER_NAME $password" >> "$dir/sentinel.conf"
+    fi
     exec redis-server "$dir/sentinel.conf" --sentinel "$@"
     ;;
 esac

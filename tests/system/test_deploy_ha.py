@@ -12,12 +12,16 @@ comes back as a primary beside the promoted one.
 The script and redis.conf run from a checkout of their own, as on a machine: after the
 failover (Sentinel's CONFIG REWRITE on every node it reconfigures, and each Sentinel
 rewriting its file) both are byte-identical, the rewrites having landed in each node's
-and each Sentinel's own copy. Run as root (as here), the test gives the script a user
-(``RUN_AS``) and every ``redis-server`` runs as that user, never as root.
+and each Sentinel's own copy, none readable by others. Run as root (as here), the test
+gives the script a user (``RUN_AS``) and every ``redis-server`` runs as that user, never
+as root. It runs twice: without a password, and with ``REDIS_PASSWORD`` (the nodes refuse
+a client without it, replicas and Sentinels use it, no process shows it on its command
+line, and relay reaches the new primary through the Sentinels with it in its URL).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pwd
@@ -34,6 +38,7 @@ import pytest
 import redis
 import yaml
 
+from relay.queue.base import connect
 from relay.redisproc import free_port
 from relay.settings import Settings
 from tests.helpers.deploy import (
@@ -184,10 +189,11 @@ def test_script_refuses_to_run_redis_as_root(tmp_path: Path, mode: str) -> None:
 class _HA:
     """3 nodes and 3 Sentinels on loopback, each started through redis-ha.sh from a
     checkout (``root/checkout``: the script and redis.conf), with a data folder each;
-    as ``nobody`` when the test runs as root."""
+    as ``nobody`` when the test runs as root; with REDIS_PASSWORD ``password`` if any."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, password: str) -> None:
         self.root = root
+        self.password = password
         self.node_ports = [free_port() for _ in range(3)]
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -214,6 +220,7 @@ class _HA:
             "REDIS_PORT": str(port),
             "REDIS_CONF": str(self.conf),
             **({"RUN_AS": self.run_as} if self.run_as else {}),
+            **({"REDIS_PASSWORD": self.password} if self.password else {}),
             # Not 1 s: on a loaded machine a promoted node busy with its first resyncs can
             # miss a second of PINGs and be failed over again (seen: two switches).
             "DOWN_AFTER_MS": "3000",
@@ -230,7 +237,7 @@ class _HA:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        _until(lambda: _ping(port), f"node {n} up")
+        _until(lambda: _ping(port, self.password), f"node {n} up")
 
     def start_sentinel(self, n: int) -> None:
         port = self.sentinel_ports[n]
@@ -247,7 +254,20 @@ class _HA:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        _until(lambda: _ping(port), f"sentinel {n} up")
+        _until(lambda: _ping(port, ""), f"sentinel {n} up")
+
+    def node(self, port: int) -> redis.Redis:
+        return redis.Redis("127.0.0.1", port, password=self.password or None)
+
+    def role(self, port: int) -> tuple[str, int | None]:
+        """``("master", None)``, or ``("slave", primary port)`` once its link is up."""
+        with redis.Redis(
+            "127.0.0.1", port, password=self.password or None, decode_responses=True
+        ) as c:
+            info = c.info("replication")
+        if info["role"] == "slave" and info.get("master_link_status") != "up":
+            return "syncing", info.get("master_port")
+        return info["role"], info.get("master_port")
 
     def master(self, sentinel: int) -> int | None:
         with redis.Redis("127.0.0.1", self.sentinel_ports[sentinel], socket_timeout=2) as c:
@@ -269,6 +289,9 @@ class _HA:
             assert set(status["Uid"].split()) == {str(self.uid)}, (name, status["Uid"])
             assert set(status["Gid"].split()) == {str(user.pw_gid)}, (name, status["Gid"])
             assert self.uid != 0 and "0" not in status["Groups"].split(), name
+            if self.password:
+                cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+                assert self.password.encode() not in cmdline, name
 
     def stop(self) -> None:
         for p in self.procs.values():
@@ -277,21 +300,18 @@ class _HA:
                 p.wait(timeout=10)
 
 
-def _ping(port: int) -> bool:
+def _ping(port: int, password: str) -> bool:
     try:
-        with redis.Redis("127.0.0.1", port, socket_timeout=1, socket_connect_timeout=1) as c:
+        with redis.Redis(
+            "127.0.0.1",
+            port,
+            password=password or None,
+            socket_timeout=1,
+            socket_connect_timeout=1,
+        ) as c:
             return bool(c.ping())
     except redis.RedisError:
         return False
-
-
-def _role(port: int) -> tuple[str, int | None]:
-    """``("master", None)``, or ``("slave", primary port)`` once its link is up."""
-    with redis.Redis("127.0.0.1", port, socket_timeout=2, decode_responses=True) as c:
-        info = c.info("replication")
-    if info["role"] == "slave" and info.get("master_link_status") != "up":
-        return "syncing", info.get("master_port")
-    return info["role"], info.get("master_port")
 
 
 def _until(check: Any, what: str, timeout: float = 30.0) -> Any:
@@ -304,15 +324,15 @@ def _until(check: Any, what: str, timeout: float = 30.0) -> Any:
     pytest.fail(f"timed out: {what}")
 
 
-@pytest.fixture
-def ha() -> Iterator[_HA]:
+@pytest.fixture(params=["", "ha-" + "c3" * 16], ids=["no-password", "password"])
+def ha(request: pytest.FixtureRequest) -> Iterator[_HA]:
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         pytest.fail("redis-server and redis-cli are needed: apt-get install redis-server")
     # Not pytest's tmp_path: its parent is private to the test's user, and RUN_AS's user
     # must reach its data folders.
     root = Path(tempfile.mkdtemp(prefix="relay-ha-"))
     root.chmod(0o755)
-    topo = _HA(root)
+    topo = _HA(root, request.param)
     try:
         yield topo
     finally:
@@ -325,13 +345,13 @@ def test_script_builds_the_topology_and_a_killed_primary_rejoins_as_a_replica(ha
     p0, p1, p2 = ha.node_ports
     for n in range(3):
         ha.start_node(n)
-    assert _role(p0) == ("master", None)
-    _until(lambda: _role(p1) == ("slave", p0) and _role(p2) == ("slave", p0), "replicas")
+    assert ha.role(p0) == ("master", None)
+    _until(lambda: ha.role(p1) == ("slave", p0) and ha.role(p2) == ("slave", p0), "replicas")
     for n in range(3):
         ha.start_sentinel(n)
     assert {ha.master(n) for n in range(3)} == {p0}
     ha.assert_not_root()
-    with redis.Redis("127.0.0.1", p0) as c:
+    with ha.node(p0) as c:
         c.set("acked", "1")
         assert c.wait(2, 2000) == 2
 
@@ -345,7 +365,7 @@ def test_script_builds_the_topology_and_a_killed_primary_rejoins_as_a_replica(ha
         if len(named) != 1 or None in named or p0 in named:
             return 0
         (port,) = named
-        if _role(port)[0] != "master":
+        if ha.role(port)[0] != "master":
             return 0
         for _ in range(20):
             time.sleep(0.1)
@@ -359,18 +379,18 @@ def test_script_builds_the_topology_and_a_killed_primary_rejoins_as_a_replica(ha
     log = ha.logs / "node0.log"
     seen = log.stat().st_size
     ha.start_node(0)  # the script asks the Sentinels: the old primary rejoins as a replica
-    _until(lambda: _role(p0) == ("slave", new), "old primary back as a replica of the new")
+    _until(lambda: ha.role(p0) == ("slave", new), "old primary back as a replica of the new")
     # ... because it started as one, not because a Sentinel had to demote a stale primary
     # (Sentinel does that too, moments later, but meanwhile that node takes writes the
     # next resync throws away): no runtime REPLICAOF in its log since the restart.
     restarted = log.read_bytes()[seen:].decode()
     assert "REPLICAOF" not in restarted and "user request" not in restarted, restarted
     assert f"Connecting to MASTER 127.0.0.1:{new}" in restarted
-    with redis.Redis("127.0.0.1", new) as c:
+    with ha.node(new) as c:
         assert c.get("acked") == b"1"
         c.set("after", "1")
         assert c.wait(2, 5000) == 2
-    with redis.Redis("127.0.0.1", p0) as c:
+    with ha.node(p0) as c:
         assert c.get("after") == b"1"
     ha.assert_not_root()
 
@@ -383,3 +403,30 @@ def test_script_builds_the_topology_and_a_killed_primary_rejoins_as_a_replica(ha
     node_confs = [ha.root / f"node{n}" / "redis-node.conf" for n in range(3)]
     # the promoted node and the replica Sentinel pointed at it were rewritten
     assert sum(rewritten in conf.read_text() for conf in node_confs) >= 2
+    # ...and none of them is for others to read: they may hold the password
+    for conf in node_confs + [ha.root / f"sentinel{n}" / "sentinel.conf" for n in range(3)]:
+        assert conf.stat().st_mode & 0o077 == 0, conf
+    if ha.password:
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis("127.0.0.1", new).ping()
+        # relay finds the primary through the Sentinels and gets in with the URL's password
+        assert _relay_round_trip(ha) == "1"
+
+
+def _relay_round_trip(ha: _HA) -> str:
+    """SET then GET through relay's own client, configured as the sentinel component does."""
+    env = {
+        "RELAY_REDIS_URL": f"redis://:{ha.password}@relay-redis-ha:6379/0",
+        "RELAY_REDIS_SENTINELS": ",".join(f"127.0.0.1:{p}" for p in ha.sentinel_ports),
+        "RELAY_REDIS_SENTINEL_MASTER": "relay",
+    }
+
+    async def round_trip() -> str:
+        client = connect(Settings.from_env(env))
+        try:
+            await client.set("relay-ha-test", "1")
+            return str(await client.get("relay-ha-test"))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(round_trip())
