@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +56,50 @@ def validate_k8s(doc: dict[str, Any], version: str) -> None:
 
 
 def config_env() -> dict[str, str]:
+    """What the api pod reads: relay-config and the Secret templates of secret.yaml."""
     env = dict(find_doc("ConfigMap", "relay-config")["data"])
     env.update(find_doc("Secret", "relay-api-tokens")["stringData"])
+    env.update(find_doc("Secret", "relay-redis")["stringData"])
     return env
+
+
+def write_overlay(folder: Path, components: Sequence[str] = ()) -> Path:
+    """An overlay in ``folder``: the base and the named components (keda, sentinel)."""
+    overlay: dict[str, Any] = {"resources": [os.path.relpath(K8S, folder)]}
+    if components:
+        overlay["components"] = [os.path.relpath(K8S / c, folder) for c in components]
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    return folder
+
+
+def render_overlay(folder: Path, components: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """:func:`write_overlay`, rendered by :func:`render_kustomization`."""
+    return render_kustomization(write_overlay(folder, components))
+
+
+def kubectl_render(folder: Path) -> list[dict[str, Any]] | None:
+    """``kubectl kustomize folder`` (offline), or None without kubectl."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    out = subprocess.run(
+        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def documented_overlay(tmp_path: Path) -> Path:
+    """docs/operating/kubernetes.md's overlay, ``my-relay/`` beside a checkout of relay
+    (``relay/``, a link to this one), with its copy of the Ingress example."""
+    text = (ROOT / "docs" / "operating" / "kubernetes.md").read_text()
+    (example,) = re.findall(r"```yaml\n(# my-relay/kustomization\.yaml.*?)```", text, re.S)
+    overlay = tmp_path / "my-relay"
+    overlay.mkdir()
+    (tmp_path / "relay").symlink_to(ROOT)
+    (overlay / "kustomization.yaml").write_text(example)
+    shutil.copy(K8S / "ingress.example.yaml", overlay / "ingress.yaml")
+    return overlay
 
 
 def render_kustomization(folder: Path, docs: list[dict[str, Any]] | None = None) -> list[dict]:

@@ -17,7 +17,16 @@ import pytest
 import yaml
 
 from relay.settings import Settings
-from tests.helpers.deploy import DEPLOY, K8S, ROOT, config_env, find_doc, render_kustomization
+from tests.helpers.deploy import (
+    DEPLOY,
+    K8S,
+    ROOT,
+    config_env,
+    documented_overlay,
+    find_doc,
+    kubectl_render,
+    render_kustomization,
+)
 
 
 def _kinds_names(docs: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -55,7 +64,8 @@ def test_workers_expose_metrics_and_are_scraped() -> None:
     """A worker with RELAY_METRICS_PORT (not 0), its port and the scrape annotations."""
     worker = find_doc("Deployment", "relay-worker")["spec"]["template"]
     (c,) = worker["spec"]["containers"]
-    env = {**config_env(), **{e["name"]: e["value"] for e in c.get("env", [])}}
+    values = {e["name"]: e["value"] for e in c["env"] if "valueFrom" not in e}
+    env = {**config_env(), **values}
     port = Settings.from_env(env).metrics_port
     assert port != 0
     assert {"name": "metrics", "containerPort": port} in c["ports"]
@@ -97,18 +107,6 @@ def test_resolver_agrees_with_kubectl(tmp_path: Path, with_keda: bool) -> None:
     assert "Secret" not in {d["kind"] for d in rendered}
 
 
-def _kubectl_render(folder: Path) -> list[dict[str, Any]] | None:
-    """``kubectl kustomize folder``, or None without kubectl."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        return None
-    out = subprocess.run(
-        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
 def test_keda_and_sentinel_are_components_and_called_so() -> None:
     """deploy/k8s/keda and deploy/k8s/sentinel are kustomize Components (listed under an
     overlay's `components:`, never applied alone): no doc or manifest calls them overlays."""
@@ -130,13 +128,8 @@ def test_the_documented_overlay_combines_both_components(tmp_path: Path) -> None
     """docs/operating/kubernetes.md's overlay, beside a checkout of relay, with its Ingress copy:
     the base with both components renders KEDA's ScaledObject instead of the HPA and
     the Sentinel-watched Redis instead of the single node, in the overlay's namespace."""
-    text = (ROOT / "docs" / "operating" / "kubernetes.md").read_text()
-    (example,) = re.findall(r"```yaml\n(# my-relay/kustomization\.yaml.*?)```", text, re.S)
-    overlay = tmp_path / "my-relay"
-    overlay.mkdir()
-    (tmp_path / "relay").symlink_to(ROOT)
-    (overlay / "kustomization.yaml").write_text(example)
-    shutil.copy(K8S / "ingress.example.yaml", overlay / "ingress.yaml")
+    overlay = documented_overlay(tmp_path)
+    example = (overlay / "kustomization.yaml").read_text()
     assert yaml.safe_load(example)["components"] == [
         "../relay/deploy/k8s/keda",
         "../relay/deploy/k8s/sentinel",
@@ -150,6 +143,6 @@ def test_the_documented_overlay_combines_both_components(tmp_path: Path) -> None
     config = next(d for d in docs if d["metadata"]["name"] == "relay-config")
     assert config["data"]["RELAY_REDIS_SENTINELS"]
     assert {d["metadata"]["namespace"] for d in docs} == {"relay"}
-    rendered = _kubectl_render(overlay)  # the offline render, checked by kustomize itself
+    rendered = kubectl_render(overlay)  # the offline render, checked by kustomize itself
     if rendered is not None:
         assert _kinds_names(rendered) == _kinds_names(docs)
