@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,6 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import private_redis
-from relay.redisproc import free_port
 from tests.helpers.hostile import (
     MEMORY_FILTER,
     MEMORY_PAYLOAD,
@@ -39,6 +38,8 @@ from tests.helpers.hostile import (
     SLOW_SCHEMA,
     SLOW_SCHEMA_PAYLOAD,
     regex_filter,
+    start_api,
+    status_bytes,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,13 +63,6 @@ ATTACKS: dict[str, tuple[str | None, str, Any, Any]] = {
 }
 
 
-def status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
 def quantiles(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
@@ -87,31 +81,12 @@ async def call(s: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> tu
 
 async def attack(redis_url: str, name: str, rounds: int) -> dict[str, Any]:
     text, event_type, payload, schema = ATTACKS[name]
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    env.update(
-        RELAY_REDIS_URL=redis_url,
-        RELAY_KEY_PREFIX="bh" + os.urandom(4).hex(),
-        RELAY_PORT=str(port),
-        RELAY_HOST="127.0.0.1",
-        RELAY_API_TOKENS=ADMIN,
-        RELAY_ALLOW_PRIVATE_NETWORKS="1",
-        RELAY_LOG_LEVEL="error",
-    )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relay", "api", env=env, cwd=ROOT
-    )
-    url = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.mkdtemp(prefix="relay-hostile-")) / "api.log"
+    proc, url = await start_api(redis_url, ADMIN, log, prefix="bh", log_level="error")
     timeout = aiohttp.ClientTimeout(total=600)
     admin = aiohttp.ClientSession(headers={"Authorization": f"Bearer {ADMIN}"}, timeout=timeout)
     sessions = [admin]
     try:
-        for _ in range(300):
-            try:
-                if (await call(admin, "GET", url + "/healthz"))[0] == 200:
-                    break
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.1)
         keys = {}
         for app in ("H", "B"):
             body = {"app": app, "scopes": ["publish", "manage"]}
@@ -136,7 +111,7 @@ async def attack(redis_url: str, name: str, rounds: int) -> dict[str, Any]:
             assert status == 201, made
         for n in range(20):  # warm: connections, the sandbox's children
             await call(b, "POST", url + "/v1/events", json={"type": "t.x", "payload": {"n": n}})
-        before = status_kib(proc.pid, "VmRSS")
+        before = status_bytes(proc.pid, "VmRSS")
         running = True
         h_runs: list[tuple[int, str, float]] = []
         b_times: list[float] = []
@@ -181,7 +156,7 @@ async def attack(redis_url: str, name: str, rounds: int) -> dict[str, Any]:
                     await asyncio.sleep(PAUSE)
 
         await asyncio.gather(hostile(), victim(), health())
-        grown = status_kib(proc.pid, "VmHWM") - before
+        grown = status_bytes(proc.pid, "VmHWM") - before
         return {
             "attack": name,
             "h_status": sorted({s for s, _, _ in h_runs}),
@@ -189,7 +164,7 @@ async def attack(redis_url: str, name: str, rounds: int) -> dict[str, Any]:
             "h_seconds_max": round(max(t for _, _, t in h_runs), 2),
             "b_publish": quantiles(b_times),
             "healthz": quantiles(health_times),
-            "rss_growth_mib": round(grown / 1024, 1),
+            "rss_growth_mib": round(grown / 2**20, 1),
         }
     finally:
         for s in sessions:

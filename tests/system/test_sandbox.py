@@ -93,8 +93,8 @@ async def test_a_filter_that_went_over_is_judged_last_next_time(sandbox: Sandbox
 
 async def test_apps_that_went_over_share_one_child(sandbox: Sandbox) -> None:
     """Two costly apps at once hold one child between them, not both: B is judged at
-    once all along (seen failing without the lane: B waited about a second each time
-    both children were busy with H1's and H2's filters)."""
+    once all along (fails without the lane: B waits whenever both children are busy
+    with H1's and H2's filters)."""
     await sandbox.judge(work({}, "true", app="b"))
     for app in ("h1", "h2"):  # their first costly requests, one after the other
         assert (await sandbox.judge(work({}, SLOW_FILTER, app=app))).filters == [FILTER_TIME]

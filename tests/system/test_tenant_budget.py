@@ -6,10 +6,8 @@ publishes through a filter of its own and ``/healthz`` is polled. B and ``/healt
 stay fast, H's publishes come back within the budget with the endpoints left out and
 the reasons recorded (its schema-bound publish a 422), and the API's memory stays flat.
 
-Seen failing before the change (the same tests on the unfixed tree): the run's regex
-filter was 201 at write; B's publishes and ``/healthz`` waited 6-10 s behind H's (the
-slow filter ran inline for ~6.6 s, the schema for ~9.5 s); the API's peak RSS grew by
-2.2 GB (the memory filter); in-process, B's filtered publish waited for H's.
+Fails where tenant logic runs inline: the regex filter is accepted at write, B's
+publishes and ``/healthz`` wait behind H's, and the memory filter grows the API itself.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ import asyncio
 import itertools
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from relay.redisproc import free_port
 from relay.sandbox.work import FILTER_SECONDS, SCHEMA_SECONDS
 from tests.helpers.hostile import (
     MEMORY_FILTER,
@@ -35,23 +31,17 @@ from tests.helpers.hostile import (
     SLOW_SCHEMA,
     SLOW_SCHEMA_PAYLOAD,
     regex_filter,
+    start_api,
+    status_bytes,
+    tail,
 )
 
 pytestmark = pytest.mark.realredis
 
-ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "admin-token"
 STALL = 1.5  # generous: "not stalled" (unbudgeted, these requests waited 6-10 s)
 SLACK = 2.0  # on top of a budget: a child's start on a loaded 2-core machine
 MAX_GROWTH = 300 * 1024 * 1024
-
-
-def kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(field)
 
 
 def children(pid: int) -> list[int]:
@@ -60,10 +50,6 @@ def children(pid: int) -> list[int]:
         with open(f"/proc/{pid}/task/{task}/children") as f:
             found += [int(p) for p in f.read().split()]
     return found
-
-
-def tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-3000:]
 
 
 def alive(pid: int) -> bool:
@@ -102,40 +88,9 @@ async def endpoint(client: Client, event_types: list[str], text: str | None) -> 
     return str(made["id"])
 
 
-async def start_api(redis_url: str, log: Path) -> tuple[asyncio.subprocess.Process, str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    env.update(
-        RELAY_REDIS_URL=redis_url,
-        RELAY_KEY_PREFIX="tb" + os.urandom(4).hex(),
-        RELAY_PORT=str(port),
-        RELAY_HOST="127.0.0.1",
-        RELAY_API_TOKENS=ADMIN,
-        RELAY_ALLOW_PRIVATE_NETWORKS="1",
-        RELAY_LOG_LEVEL="warning",
-    )
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relay", "api", env=env, cwd=ROOT, stderr=out
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    async with aiohttp.ClientSession() as s:
-        while True:
-            assert proc.returncode is None, tail(log)
-            try:
-                async with s.get(url + "/healthz") as r:
-                    if r.status == 200:
-                        return proc, url
-            except aiohttp.ClientError:
-                pass
-            assert time.monotonic() < deadline, "relay api did not come up"
-            await asyncio.sleep(0.1)
-
-
 async def test_one_tenant_cannot_slow_another(redis_server: Any, tmp_path: Path) -> None:
     log = tmp_path / "api.log"
-    proc, url = await start_api(redis_server.url, log)
+    proc, url = await start_api(redis_server.url, ADMIN, log, prefix="tb")
     admin = Client(url, ADMIN)
     clients = [admin]
     try:
@@ -155,7 +110,7 @@ async def test_one_tenant_cannot_slow_another(redis_server: Any, tmp_path: Path)
             )
             assert status == 201
 
-        before = kib(proc.pid, "VmRSS")
+        before = status_bytes(proc.pid, "VmRSS")
         attacking = True
         b_times: list[float] = []
         health_times: list[float] = []
@@ -195,7 +150,7 @@ async def test_one_tenant_cannot_slow_another(redis_server: Any, tmp_path: Path)
                     await asyncio.sleep(0.02)
 
         await asyncio.gather(attack(), victim(), health())
-        grown = kib(proc.pid, "VmHWM") - before
+        grown = status_bytes(proc.pid, "VmHWM") - before
 
         assert b_times and health_times
         assert max(b_times) < STALL, sorted(b_times)[-5:]
