@@ -62,25 +62,31 @@ class UnknownEndpoints(PublishError):
     code = "unknown_endpoint"
 
 
-class PayloadInvalid(PublishError):
+class CatalogRefusal(PublishError):
+    """Refused by the event type catalog (its schema, strict mode): a retry of a publish
+    accepted before the catalog changed still gets its first answer."""
+
+
+class PayloadInvalid(CatalogRefusal):
     """The payload does not match its event type's JSON Schema (``path``: where)."""
 
     code = "payload_invalid"
 
 
-class UnknownEventType(PublishError):
+class UnknownEventType(CatalogRefusal):
     """``RELAY_EVENT_TYPES_STRICT=1`` and the type is not in the catalog."""
 
     code = "unknown_event_type"
 
 
-class EventTypeSchemaInvalid(PublishError):
-    """The type's stored schema cannot be applied (a ``$ref`` resolving to nothing)."""
+class EventTypeSchemaInvalid(CatalogRefusal):
+    """The type's stored schema cannot be applied (a ``$ref`` resolving to nothing, or a
+    schema stored before the limits of relay.domain.schemalimits that breaks them)."""
 
     code = "schema_invalid"
 
 
-class SchemaBudgetExceeded(PublishError):
+class SchemaBudgetExceeded(CatalogRefusal):
     """Validating the payload against its type's schema ran past the sandbox's budget."""
 
     code = "schema_budget_exceeded"
@@ -219,9 +225,7 @@ class Publisher:
         try:
             known = await self._known(event)
             targets, filtered = await self._targets(event, payload_json, known)
-        except (UnknownEventType, PayloadInvalid, EventTypeSchemaInvalid, SchemaBudgetExceeded):
-            # A retry of a publish that was accepted before the catalog changed (a stricter
-            # schema, a deleted type in strict mode) still gets its first answer.
+        except CatalogRefusal:
             first = await self._first_answer(event, idempotency_key)
             if first is None:
                 raise
