@@ -57,7 +57,7 @@ class Procs:
         return proc
 
     def fresh_redis(self, name: str, binary: str | None = None) -> RedisServer:
-        """A new redis-server with an empty data dir; no AOF (throughput runs; see README).
+        """A new redis-server with an empty data dir; no AOF (throughput runs; see bench/README.md).
         ``binary``: another executable to start it with (bench/instructions.py)."""
         data = TMP / f"redis-{name}"
         if data.exists():

@@ -3,8 +3,8 @@ does not move.
 
     python bench/instructions.py [--n1 500 --n2 2500] [--loops asyncio,uvloop]
 
-Wall-clock and CPU-time figures on a shared VM drift by 30-50% within minutes (README,
-Performance); instruction counts do not (valgrind counts the same program on the same
+Wall-clock and CPU-time figures on a shared VM drift by 30-50% within minutes
+(docs/performance.md); instruction counts do not (valgrind counts the same program on the same
 input alike, whatever else the machine runs). For each event loop, this drains N1 and
 then N2 published deliveries with one ``relay worker`` and its ``redis-server`` both
 under callgrind, and the raw-client limit (``bench/load.py``'s ``limit``, the same

@@ -71,7 +71,7 @@ PAIRED_UVLOOP = ("drain1", "drain2")
 # ... and these, whose ratios are targets, run ``--repeat`` times (3), each time with its
 # own limit run(s) right before it; the run whose ratio is the median is reported, with
 # every run's ratio beside it: on a shared VM one pair reads up to 0.1x apart from the
-# next, minutes later, with the same code (README, Performance).
+# next, minutes later, with the same code (docs/performance.md).
 REPEATED = ("drain1", "drain2")
 
 

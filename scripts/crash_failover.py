@@ -28,7 +28,7 @@ uses 1 s): at 1 s, on a loaded 2-core VM, they twice failed over from a primary 
 just been promoted and was alive (their new links to it had no answer within the
 second), while it went on taking writes confirmed by a replica that was then resynced
 from the new primary. That split brain loses acknowledged writes whatever
-``RELAY_ACK_REPLICAS`` says (README, Redis Sentinel); these rounds are about the kills
+``RELAY_ACK_REPLICAS`` says (docs/operating/sentinel.md); these rounds are about the kills
 they make.
 
 Rounds alternate ``RELAY_ACK_REPLICAS=1`` and ``0`` (``--ack``). With ``1`` (each

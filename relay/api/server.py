@@ -12,7 +12,7 @@
   connection past it is closed as it is accepted, unanswered, and other addresses are
   served as before.
 
-docs/operating.md ("Connection limits") says what an operator sets.
+docs/operating/connections.md says what an operator sets.
 """
 
 from __future__ import annotations
