@@ -193,7 +193,6 @@ class Publisher:
             event.payload,
             payload_json,
             None if known is None else known.schema_json,
-            None if known is None else known.validator,
             [t["filter"] for t in filtered],
         )
         verdict = Verdict() if work.empty else await self.judge.judge(work)

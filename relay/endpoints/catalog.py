@@ -81,13 +81,21 @@ class Known:
     """A type of the catalog, ready for the publish path."""
 
     record: dict[str, Any]
-    validator: Validator | None  # None: no schema, any payload
-    # the schema serialized (for the sandbox's children), made once per entry
+    # the schema serialized, what the publish path hands its judge (None: any payload)
     schema_json: bytes | None = field(init=False, default=None)
+    _validator: Validator | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.validator is not None:
+        if self.record.get("schema") is not None:
             object.__setattr__(self, "schema_json", orjson.dumps(self.record["schema"]))
+
+    @property
+    def validator(self) -> Validator | None:
+        """The schema compiled, on first use: the publish path never asks (the process
+        that judges the payload compiles ``schema_json`` itself)."""
+        if self._validator is None and self.schema_json is not None:
+            object.__setattr__(self, "_validator", compile_schema(self.record["schema"]))
+        return self._validator
 
     @property
     def deprecated(self) -> bool:
@@ -97,9 +105,7 @@ class Known:
 def _known(record: dict[str, Any] | None) -> Known | None:
     if record is None:
         return None
-    schema = record.get("schema")
-    # stored schemas were checked when written; compiling is all that is left
-    return Known(record, None if schema is None else compile_schema(schema))
+    return Known(record)
 
 
 async def lookup(store: Store, name: str) -> Known | None:

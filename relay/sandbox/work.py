@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from relay.domain import filters
-from relay.domain.eventtypes import SchemaInvalid, Validator, payload_error
+from relay.domain.eventtypes import SchemaInvalid, Validator, compile_schema, payload_error
 
 # The schema of one publish's event type: validated within this wall time.
 SCHEMA_SECONDS = 1.0
@@ -23,6 +25,7 @@ SCHEMA_SECONDS = 1.0
 FILTER_SECONDS = 1.0
 # What one evaluator process may hold beyond what it holds idle (its address space).
 MEMORY_BYTES = 256 * 1024 * 1024
+MAX_VALIDATORS = 1_000  # compiled schemas an Inline judge keeps; past it, it forgets them all
 
 FILTER_TIME = (
     f"filter exceeded its time budget ({FILTER_SECONDS:g} s, shared by the filters of a publish)"
@@ -36,16 +39,14 @@ FILTER_LOST = "filter not evaluated: the evaluator stopped on an earlier filter 
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """One publish's tenant logic. ``schema``: the type's JSON Schema, serialized, and
-    ``validator``: the same compiled (None: the type has none); ``filters``: the texts of
-    the target endpoints' filters, in order."""
+    """One publish's tenant logic. ``schema``: the type's JSON Schema, serialized (None:
+    the type has none); ``filters``: the texts of the target endpoints' filters, in order."""
 
     app: str
     event_type: str
     payload: Any
     payload_json: bytes
     schema: bytes | None = None
-    validator: Validator | None = None
     filters: Sequence[str] = ()
 
     @property
@@ -99,10 +100,19 @@ class Inline:
 
     def __init__(self) -> None:
         self.programs = filters.ProgramCache()
+        self.validators: dict[bytes, Validator] = {}  # by the schema's serialized form
+
+    def _validator(self, schema: bytes) -> Validator:
+        validator = self.validators.get(schema)
+        if validator is None:
+            if len(self.validators) >= MAX_VALIDATORS:
+                self.validators.clear()
+            validator = self.validators[schema] = compile_schema(orjson.loads(schema))
+        return validator
 
     async def judge(self, work: Work) -> Verdict:
-        if work.validator is not None:
-            failure = schema_failure(work.validator, work.payload)
+        if work.schema is not None:
+            failure = schema_failure(self._validator(work.schema), work.payload)
             if failure is not None:
                 return Verdict(failure)
         verdicts = filters.judge(

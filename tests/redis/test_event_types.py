@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 import pytest
 
 from relay.api.common import ENDPOINT_CACHE, EVENT_TYPE_CACHE
@@ -232,6 +233,38 @@ async def test_publisher_without_a_cache_reads_the_catalog(make_store: Any) -> N
     strict = Publisher(await make_store(event_types_strict=True))
     with pytest.raises(UnknownEventType):
         await strict.publish(EventIn(type="order.other", payload={}))
+
+
+async def test_the_publish_path_leaves_compiling_to_the_judge(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog hands the judge the schema serialized; the publishing process (the
+    API's event loop, with a sandbox) compiles and limit-checks nothing of it. Fails when
+    a catalog read compiles the schema."""
+    from relay.domain.schema import EventIn
+    from relay.endpoints import catalog
+    from relay.publishing import PayloadInvalid, Publisher
+    from relay.sandbox import Inline, Verdict, Work
+
+    compiled: list[Any] = []
+    real = catalog.compile_schema
+    monkeypatch.setattr(catalog, "compile_schema", lambda s: compiled.append(s) or real(s))
+    judged: list[Work] = []
+
+    class Recording(Inline):
+        async def judge(self, work: Work) -> Verdict:
+            judged.append(work)
+            return await super().judge(work)
+
+    store: Store = await make_store()
+    record = {"name": "order.paid", "description": "", "schema": ORDER, "deprecated": False}
+    assert await store.put_event_type(record)
+    publisher = Publisher(store, judge=Recording())
+    with pytest.raises(PayloadInvalid):
+        await publisher.publish(EventIn(type="order.paid", payload={"order": 1}))
+    await publisher.publish(EventIn(type="order.paid", payload={"order": 1, "amount": 2}))
+    assert compiled == []
+    assert [orjson.loads(w.schema or b"null") for w in judged] == [ORDER, ORDER]
 
 
 def test_strict_mode_is_read_from_the_environment() -> None:

@@ -17,7 +17,6 @@ from typing import Any
 import orjson
 import pytest
 
-from relay.domain.eventtypes import compile_schema
 from relay.sandbox import Sandbox, SchemaFailure, Work
 from relay.sandbox.work import (
     FILTER_MEMORY,
@@ -44,7 +43,6 @@ def work(payload: Any, *texts: str, schema: Any = None, app: str = "h") -> Work:
         payload,
         orjson.dumps(payload),
         None if schema is None else orjson.dumps(schema),
-        None if schema is None else compile_schema(schema),
         list(texts),
     )
 
