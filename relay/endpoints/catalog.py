@@ -1,13 +1,15 @@
 """The event type catalog as a service: create, change, delete, strict subscriptions, and
-the API's cache of compiled validators.
+the API's cache of catalog entries.
 
 * ``Catalog`` writes through the Store (a create refuses an existing name; a change is a
   compare-and-set, retried), checks every schema when it is written, refuses to delete a
   type that endpoints subscribe to by name, and in strict mode
   (``RELAY_EVENT_TYPES_STRICT=1``) holds endpoint subscriptions to the catalog.
 * ``EventTypeCache``: the publish path looks a type up here, so a publish costs no Redis
-  call for it and no schema compilation. It rides on the endpoint cache's subscription
-  to ``relay:v3:{cfg}:changed`` (one subscription, one mechanism): every message there,
+  call for it; an entry holds the schema serialized, compiled by whichever process
+  judges the payload (a sandbox's evaluator keeps its compiled validators). It rides on
+  the endpoint cache's subscription to ``relay:v3:{cfg}:changed`` (one subscription,
+  one mechanism): every message there,
   an endpoint's or an event type's, drops it; it is used only while that subscription
   holds; writes made through this process bump ``Store.endpoint_epoch``, so an entry
   filled before or during one of them is not served after it. Unknown names are cached
@@ -109,7 +111,7 @@ def _known(record: dict[str, Any] | None) -> Known | None:
 
 
 async def lookup(store: Store, name: str) -> Known | None:
-    """The type ``name`` from Redis, compiled (no cache)."""
+    """The type ``name`` from Redis (no cache)."""
     return _known(await store.get_event_type(name))
 
 
