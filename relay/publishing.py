@@ -19,6 +19,7 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -98,6 +99,25 @@ class TooManyDeliveries(PublishError):
     code = "too_many_deliveries"
 
 
+class DeliverAtInvalid(PublishError):
+    """A ``deliver_at`` that names no instant (a datetime without a time zone)."""
+
+    code = "deliver_at_invalid"
+
+
+class DeliverAtTooFar(PublishError):
+    """A ``deliver_at`` further ahead than ``RELAY_MAX_SCHEDULE_AHEAD``."""
+
+    code = "deliver_at_too_far"
+
+
+class DeliverAtOrdered(PublishError):
+    """A ``deliver_at`` ahead for an event that joins an ordered lane: its place in the
+    lane would hold every delivery behind it until then, or leave the lane's order."""
+
+    code = "deliver_at_ordered"
+
+
 class IdempotencyKeyReused(PublishError):
     status = 409
     code = "idempotency_key_reused"
@@ -125,11 +145,14 @@ def select_targets(endpoints: Sequence[dict[str, Any]], event: EventIn) -> list[
     return [e for e in endpoints if e["enabled"] and matching.matches(e["event_types"], event.type)]
 
 
-def fingerprint(event: EventIn) -> str:
-    """What "the same request body" means for an idempotency key."""
-    fields = event.model_dump()
+def fingerprint(event: EventIn, deliver_at: int | None = None) -> str:
+    """What "the same request body" means for an idempotency key (``deliver_at``: ms,
+    the time asked for, past or not)."""
+    fields = event.model_dump(include=set(EventIn.model_fields))
     if fields["ordering_key"] is None:  # absent: the same fingerprint as before lanes
         del fields["ordering_key"]
+    if deliver_at is not None:  # absent: the same fingerprint as before deliver_at
+        fields["deliver_at"] = deliver_at
     return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -155,7 +178,9 @@ class Publisher:
         self._event_type = event_types or functools.partial(catalog.lookup, store)
         self.judge: Judge = judge if judge is not None else Inline()
 
-    async def _first_answer(self, event: EventIn, idempotency_key: str | None) -> Published | None:
+    async def _first_answer(
+        self, event: EventIn, idempotency_key: str | None, deliver_at: int | None
+    ) -> Published | None:
         """The first answer for this key and the same body, if there was one."""
         if idempotency_key is None:
             return None
@@ -165,8 +190,20 @@ class Publisher:
             return None
         first = orjson.loads(raw)
         return (
-            Published(first["answer"], created=False) if first["h"] == fingerprint(event) else None
+            Published(first["answer"], created=False)
+            if first["h"] == fingerprint(event, deliver_at)
+            else None
         )
+
+    def _deliver_at(self, when: datetime | int | None) -> int | None:
+        """``deliver_at`` in ms, refused when it names no instant or is too far ahead."""
+        at = _deliver_at_ms(when)
+        ahead = self.settings.max_schedule_ahead
+        if at is not None and at - time.time() * 1000 > ahead * 1000:
+            raise DeliverAtTooFar(
+                f"deliver_at is more than {_days(ahead)} ahead (RELAY_MAX_SCHEDULE_AHEAD)"
+            )
+        return at
 
     async def _known(self, event: EventIn) -> catalog.Known | None:
         """The event's type in the catalog; an unknown type refused in strict mode."""
@@ -210,11 +247,25 @@ class Publisher:
         return ([t for t in targets if t["id"] not in out] if out else targets), erred
 
     async def publish(
-        self, event: EventIn, *, idempotency_key: str | None = None, trace: str = ""
+        self,
+        event: EventIn,
+        *,
+        idempotency_key: str | None = None,
+        trace: str = "",
+        deliver_at: datetime | int | None = None,
     ) -> Published:
         """Store ``event`` with one delivery per target endpoint; raises a
         :class:`PublishError` (and writes nothing) when it cannot be published.
-        ``trace``: the publish span's context to store with the event (tracing on)."""
+        ``trace``: the publish span's context to store with the event (tracing on).
+
+        ``deliver_at``: when the deliveries go, a timezone-aware ``datetime`` or ms since
+        the epoch (int). Until then they are status ``scheduled`` (in the due queue at
+        that time); a past time means now. Refused: a naive datetime
+        (:class:`DeliverAtInvalid`), a time more than ``RELAY_MAX_SCHEDULE_AHEAD`` ahead
+        (:class:`DeliverAtTooFar`), a time ahead for an event that joins an ordered lane
+        (:class:`DeliverAtOrdered`). The answer then carries ``deliver_at`` (RFC 3339), and
+        the time asked for is part of what an Idempotency-Key compares."""
+        at = self._deliver_at(deliver_at)
         if event.app == self.settings.ops_app and not self.relay_events:
             raise AppReserved(f"app {event.app!r} is reserved for relay's events")
         payload_json = orjson.dumps(event.payload)
@@ -225,7 +276,7 @@ class Publisher:
             known = await self._known(event)
             targets, filtered = await self._targets(event, payload_json, known)
         except CatalogRefusal:
-            first = await self._first_answer(event, idempotency_key)
+            first = await self._first_answer(event, idempotency_key, at)
             if first is None:
                 raise
             return first
@@ -243,6 +294,12 @@ class Publisher:
             event.app, idempotency_key, self.settings.shards, ordered=ordered
         )
         now_ms = int(time.time() * 1000)
+        later = at if at is not None and at > now_ms else None
+        if later is not None and ordered:
+            raise DeliverAtOrdered(
+                "deliver_at is ahead, and the event joins an ordered lane (an endpoint with "
+                "ordering key or endpoint): publish it when it is due, or without ordering"
+            )
         event_id = ids.new_event_id(shard, now_ms)
         deliveries = [(ids.delivery_id(event_id, i), e["id"]) for i, e in enumerate(targets)]
         # per delivery: its lane ("" unordered) and what a dead head does to it
@@ -260,9 +317,11 @@ class Publisher:
             answer["filtered"] = filtered
         if deprecated:  # accepted; said so, and only then (the answer is otherwise unchanged)
             answer["type_deprecated"] = True
+        if later is not None:
+            answer["deliver_at"] = signing.rfc3339_ms(later)
         guard, mark = None, ""
         if idempotency_key is not None:
-            mark = fingerprint(event)
+            mark = fingerprint(event, at)
             guard = (idempotency_key, orjson.dumps({"h": mark, "answer": answer}))
         taken = await self.store.publish(
             shard=shard,
@@ -276,6 +335,7 @@ class Publisher:
             filtered=filtered,
             lanes=lane_args if ordered else None,
             trace=trace,
+            deliver_at_ms=later,
         )
         if taken is None:
             return Published(answer, created=True)
@@ -285,6 +345,17 @@ class Publisher:
                 "this Idempotency-Key was used with a different request body"
             )
         return Published(first["answer"], created=False)
+
+
+def _deliver_at_ms(when: datetime | int | None) -> int | None:
+    """``deliver_at`` as ms since the epoch; a naive datetime is refused."""
+    if when is None or (isinstance(when, int) and not isinstance(when, bool)):
+        return when
+    if not isinstance(when, datetime) or when.utcoffset() is None:
+        raise DeliverAtInvalid(
+            "deliver_at must be a time with a time zone (RFC 3339, e.g. 2026-12-01T10:00:00Z)"
+        )
+    return int(when.timestamp() * 1000)
 
 
 def _refusal(event_type: str, failure: SchemaFailure) -> PublishError:
@@ -305,3 +376,12 @@ def _refusal(event_type: str, failure: SchemaFailure) -> PublishError:
         f"validating the payload against the schema of {event_type} exceeded its {budget}; "
         "the payload was not accepted (a smaller payload, or a simpler schema, passes)"
     )
+
+
+def _days(seconds: float) -> str:
+    """A duration as the refusal says it: whole days, else whole hours, else seconds."""
+    for unit, size in (("day", 86400), ("hour", 3600)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}" + ("s" if n != 1 else "")
+    return f"{seconds:g} seconds"

@@ -163,6 +163,9 @@ class Settings:
         group=API, doc="largest event payload (serialized)")
     idempotency_ttl: float = setting("RELAY_IDEMPOTENCY_TTL", _positive_duration, "24h",
         group=API, doc="how long an `Idempotency-Key` is remembered")
+    max_schedule_ahead: float = setting("RELAY_MAX_SCHEDULE_AHEAD", _positive_duration, "30d",
+        group=API, doc="how far ahead an event's `deliver_at` may be; a later one is 422 "
+        "`deliver_at_too_far`")
     event_types_strict: bool = setting("RELAY_EVENT_TYPES_STRICT", _flag, "0", group=API,
         doc="`1`: an event whose type is not in the catalog (`/v1/event-types`) is 422 "
         "`unknown_event_type`, and endpoints may subscribe only to known types")

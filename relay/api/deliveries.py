@@ -119,6 +119,9 @@ async def replay(request: web.Request) -> web.Response:
     result = (await request.app[STORE].replay([delivery_id]))[delivery_id]
     if result == "ok":
         return json({"id": delivery_id, "status": "pending"}, status=202)
+    if result == "pending":  # the status a read derives (scheduled) is the one to say
+        row = await request.app[STORE].get_delivery(delivery_id, with_log=False)
+        result = row["status"] if row is not None else result
     raise _refused(delivery_id, result, "replayable", "only dead or succeeded can be replayed")
 
 

@@ -9,7 +9,7 @@ from aiohttp import web
 from relay import tracing
 from relay.api.access import pinned_app
 from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, route
-from relay.api.models import EventDetail, EventIn, EventOut
+from relay.api.models import EventDetail, EventOut, EventPublishIn
 from relay.domain import signing
 from relay.publishing import PublishError
 
@@ -31,7 +31,7 @@ def _idempotency_key(request: web.Request) -> str | None:
     summary="Publish an event",
     operation_id="publishEvent",
     tag="Events",
-    body=EventIn,
+    body=EventPublishIn,
     headers={
         IDEMPOTENCY_HEADER: "1-256 printable characters. The same key with the same body "
         "answers the first event again (200); with another body 409. Remembered for "
@@ -48,6 +48,9 @@ def _idempotency_key(request: web.Request) -> str | None:
             "unknown_endpoint",
             "too_many_deliveries",
             "app_reserved",
+            "deliver_at_invalid",
+            "deliver_at_too_far",
+            "deliver_at_ordered",
         ),
         503: ("replication_timeout",),
     },
@@ -65,13 +68,22 @@ def _idempotency_key(request: web.Request) -> str | None:
                 "payload": {"order": 1001, "amount": 4200},
             },
         ),
+        "scheduled": (
+            "An event whose deliveries go at a later time (status scheduled until then)",
+            {
+                "type": "trial.ending",
+                "deliver_at": "2026-12-24T09:00:00Z",
+                "payload": {"customer": "cus_42"},
+            },
+        ),
     },
 )
 async def publish(request: web.Request) -> web.Response:
     """Store the event and one delivery per endpoint of its app that subscribes to its
     type (or per ``endpoint_ids``), then answer 201: once answered, it is in Redis. A type
     of the catalog with a schema validates the payload first. With an
-    ``Idempotency-Key``, a retry answers the first event (200) and writes nothing."""
+    ``Idempotency-Key``, a retry answers the first event (200) and writes nothing. With
+    ``deliver_at`` ahead, the deliveries are ``scheduled`` and go at that time."""
     if tracing.on:  # a span continuing the caller's traceparent (relay.tracing)
         with tracing.publish_span(request.headers) as span:
             try:
@@ -86,13 +98,15 @@ async def publish(request: web.Request) -> web.Response:
 
 async def _publish(request: web.Request, span: Any = None) -> web.Response:
     idem = _idempotency_key(request)
-    event, _ = await body(request, EventIn)
+    event, _ = await body(request, EventPublishIn)
     app = pinned_app(request, event.app, "app" in event.model_fields_set, ApiError)
     if app != event.app:  # an app key publishes to its own app
         event = event.model_copy(update={"app": app})
     trace = "" if span is None else tracing.carrier()
     try:
-        done = await request.app[PUBLISHER].publish(event, idempotency_key=idem, trace=trace)
+        done = await request.app[PUBLISHER].publish(
+            event, idempotency_key=idem, trace=trace, deliver_at=event.deliver_at_ms()
+        )
     except PublishError as exc:
         raise ApiError(exc.status, exc.code, exc.message, **exc.extra) from None
     if span is not None:
@@ -121,5 +135,12 @@ async def read(request: web.Request) -> web.Response:
     out because their filter erred on it."""
     ident = request.match_info["id"]
     event = found(await request.app[STORE].get_event(ident), "event", ident)
+    return json(shown(event))
+
+
+def shown(event: dict[str, Any]) -> dict[str, Any]:
+    """A stored event as the API answers it: its times in RFC 3339."""
     event["created_at"] = signing.rfc3339_ms(event["created_at"])
-    return json(event)
+    if "deliver_at" in event:
+        event["deliver_at"] = signing.rfc3339_ms(event["deliver_at"])
+    return event

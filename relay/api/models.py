@@ -15,13 +15,14 @@ from relay.domain.schema import (
     EndpointIn,
     EndpointPatch,
     EventIn,
+    EventPublishIn,
     Signing,
     Status,
     Strict,
     StrictBody,
 )
 
-__all__ = ["EndpointIn", "EndpointPatch", "EventIn"]
+__all__ = ["EndpointIn", "EndpointPatch", "EventIn", "EventPublishIn"]
 
 
 class BreakerOut(BaseModel):
@@ -120,6 +121,11 @@ class EventOut(BaseModel):
     type_deprecated: bool | None = Field(
         default=None, description="true when the event type is deprecated in the catalog"
     )
+    deliver_at: str | None = Field(
+        default=None,
+        description="RFC 3339: when its deliveries go (published with a deliver_at ahead); "
+        "absent: at once",
+    )
 
 
 class EventDetail(EventOut):
@@ -150,6 +156,7 @@ WaitReason = Literal[
     "ordering_lane",
     "retry_backoff",
     "scheduled",
+    "deliver_at",
 ]
 
 
@@ -159,7 +166,8 @@ class WaitingOut(BaseModel):
         "(until the breaker lets a probe through), breaker_probing (a probe decides), "
         "in_flight_cap (max_in_flight reached), rate_limited (rate_limit used up), "
         "ordering_lane (queued behind the one before it in its ordered lane), "
-        "retry_backoff (last attempt failed), scheduled (Retry-After or a passed deferral)"
+        "retry_backoff (last attempt failed), scheduled (Retry-After or a passed deferral), "
+        "deliver_at (published for later: status scheduled until then)"
     )
     until: int | None = Field(description="ms since the epoch; null: until an operator acts")
 
@@ -180,6 +188,11 @@ class DeliveryOut(BaseModel):
     created_at: int
     updated_at: int
     finished_at: int | None = None
+    deliver_at: int | None = Field(
+        default=None,
+        description="ms since the epoch: its event was published for then (status scheduled "
+        "until it comes)",
+    )
     worker: str | None = None
     lane: str | None = Field(
         default=None,

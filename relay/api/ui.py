@@ -25,6 +25,7 @@ from yarl import URL
 from relay import __version__
 from relay.api.common import STORE, ApiError, json, page, route
 from relay.api.deliveries import listing
+from relay.api.events import shown
 from relay.api.models import (
     DeliveryDetail,
     DeliveryList,
@@ -281,7 +282,7 @@ async def delivery_view(request: web.Request) -> web.Response:
     endpoint = await store.get_endpoint(delivery["endpoint_id"])
     body_len = None
     if event is not None:
-        event["created_at"] = signing.rfc3339_ms(event["created_at"])
+        shown(event)
         body_len = await store.event_body_length(delivery["event_id"])
     brief = None
     if endpoint is not None:

@@ -3,29 +3,17 @@ and how a job record reads. Pure: no I/O."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from relay.domain import matching, signing
-from relay.domain.schema import StrictBody
+from relay.domain.schema import StrictBody, parse_time
 
 ReplayStatus = Literal["dead", "succeeded"]
 STATES = ("running", "done", "cancelled", "failed")
 MAX_RANGE_MS = 400 * 86400 * 1000  # longer than any retention: a typo, not a replay
-
-
-def parse_time(text: str) -> int:
-    """RFC 3339 (``2026-12-01T10:00:00Z``, an offset, fractions) to ms since the epoch."""
-    try:
-        when = datetime.fromisoformat(text.replace("z", "Z"))
-    except ValueError:
-        raise ValueError(f"{text!r} is not an RFC 3339 time (e.g. 2026-12-01T10:00:00Z)") from None
-    if when.tzinfo is None:
-        raise ValueError(f"{text!r} has no time zone: add Z or an offset such as +02:00")
-    return int(when.timestamp() * 1000)
 
 
 class ReplayIn(StrictBody):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -39,7 +40,7 @@ RESERVED_HEADERS = frozenset(
 App = Annotated[str, Field(pattern=APP_PATTERN, description="application (tenant) name")]
 # A delivery's status; "held": its endpoint is disabled, it waits until it is enabled again;
 # "queued": it waits in its ordered lane for the delivery before it to finish.
-Status = Literal["pending", "queued", "held", "delivering", "succeeded", "dead"]
+Status = Literal["scheduled", "pending", "queued", "held", "delivering", "succeeded", "dead"]
 # How an endpoint's requests are signed: "v1," HMAC-SHA256 (whsec_) or "v1a," ed25519 (whsk_).
 Signing = Literal["hmac", "ed25519"]
 
@@ -285,6 +286,38 @@ class EventIn(StrictBody):
         if v is not None and not v.isprintable():
             raise ValueError("ordering_key must be printable characters (no control characters)")
         return v
+
+
+def parse_time(text: str) -> int:
+    """RFC 3339 (``2026-12-01T10:00:00Z``, an offset, fractions) to ms since the epoch."""
+    try:
+        when = datetime.fromisoformat(text.replace("z", "Z"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an RFC 3339 time (e.g. 2026-12-01T10:00:00Z)") from None
+    if when.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone: add Z or an offset such as +02:00")
+    return int(when.timestamp() * 1000)
+
+
+class EventPublishIn(EventIn):
+    """Publish an event (``POST /v1/events``): the event, and when its deliveries go."""
+
+    deliver_at: Annotated[str | None, Field(max_length=64)] = Field(
+        default=None,
+        description="RFC 3339 with an offset: its deliveries go then, status scheduled until "
+        "it comes; a past time means now; at most RELAY_MAX_SCHEDULE_AHEAD ahead",
+    )
+
+    @field_validator("deliver_at")
+    @classmethod
+    def _deliver_at(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_time(v)
+        return v
+
+    def deliver_at_ms(self) -> int | None:
+        """``deliver_at`` in ms since the epoch (None: at once)."""
+        return None if self.deliver_at is None else parse_time(self.deliver_at)
 
 
 # what pydantic puts before the message of a ValueError or AssertionError a validator raised

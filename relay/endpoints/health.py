@@ -200,8 +200,11 @@ def waiting_reason(
     ``rate_limited`` (``rate_limit`` used up), ``ordering_lane`` (queued behind the
     delivery before it in its ordered lane), ``retry_backoff`` (its last attempt
     failed; the next is on the retry schedule), ``scheduled`` (a Retry-After or a
-    deferral whose cause has passed: it goes at ``until``)."""
+    deferral whose cause has passed: it goes at ``until``), ``deliver_at`` (published
+    for later: status ``scheduled`` until ``until``)."""
     status = delivery["status"]
+    if status == "scheduled":
+        return {"reason": "deliver_at", "until": delivery.get("next_attempt_at")}
     if status == "held":
         return {"reason": "endpoint_disabled", "until": None}
     if status == "queued":  # behind its lane's head; goes when the head finishes

@@ -22,6 +22,7 @@ key                                        type    holds
 ``relay:v3:{s0}:succeeded``                zset    succeeded delivery ids, score = finish time
 ``relay:v3:{s0}:dead``                     zset    dead delivery ids, score = time of death
 ``relay:v3:{s0}:held``                     zset    held delivery ids, score = when held
+``relay:v3:{s0}:scheduled``                zset    scheduled delivery ids, score = deliver_at (ms)
 ``relay:v3:{s0}:events``                   zset    every event id with deliveries, score = created
 ``relay:v3:{s0}:ep:<endpoint_id>``         zset    that endpoint's delivery ids, score = created
 ``relay:v3:{s0}:held:<endpoint_id>``       zset    held delivery ids of that endpoint (for resume)
@@ -101,6 +102,12 @@ class ShardKeys:
     def held_index(self) -> str:
         """Every held delivery of the shard (status ``held``), score = when it was held."""
         return self.base + "held"
+
+    @property
+    def scheduled(self) -> str:
+        """Deliveries published with a ``deliver_at`` ahead, score = that time (ms): the
+        ones scored past now are status ``scheduled`` (each is in ``due`` at that score)."""
+        return self.base + "scheduled"
 
     @property
     def events(self) -> str:

@@ -6,7 +6,7 @@ Pipelined per shard; never a scan. Key names come from :mod:`relay.queue.keys`.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -14,7 +14,7 @@ import orjson
 from relay.domain import attemptlog, eventrecord, ids, matching
 from relay.queue.base import StoreBase
 from relay.queue.keys import ShardKeys
-from relay.queue.records import STATUSES, record_of
+from relay.queue.records import record_of
 
 
 def encode_cursor(score: float, member: str) -> str:
@@ -109,11 +109,14 @@ class Reads(StoreBase):
         # an id of layout v2 does not name its event: its hash does (when it has no budget)
         more = {r["event_id"] for r in raws if "event_id" in r and "max_attempts" not in r}
         known |= await self._headers(sk, sorted(more - known.keys()))
+        # Redis's clock, read only when an event was published for later (``scheduled``)
+        later = any(h is not None and "at" in h for h in known.values())
+        now_ms = await self.now_ms() if later else None
         rows = []
         for i, (d, raw) in enumerate(zip(delivery_ids, raws, strict=True)):
             event_id = raw.get("event_id") or (named[i] or ("", 0))[0]
             lease = res[i * step + 2]
-            row = record_of(d, raw, res[i * step + 1], known.get(event_id), lease)
+            row = record_of(d, raw, res[i * step + 1], known.get(event_id), lease, now_ms)
             if row is None:
                 continue
             if with_log:
@@ -169,6 +172,8 @@ class Reads(StoreBase):
         }
         if "filtered" in header:  # endpoints whose filter erred on it (relay.domain.filters)
             event["filtered"] = header["filtered"]
+        if "at" in header:  # published for later: its deliver_at, ms
+            event["deliver_at"] = header["at"]
         return event
 
     async def endpoint_known(self, endpoint_id: str) -> bool:
@@ -239,6 +244,7 @@ class Reads(StoreBase):
                 return sk.endpoint_index(endpoint_id)
             if status is not None:
                 return {
+                    "scheduled": sk.scheduled,
                     "pending": sk.due,
                     "queued": sk.queued,
                     "held": sk.held_index,
@@ -319,81 +325,3 @@ class Reads(StoreBase):
             if header is not None:
                 out += [(s, d) for d, _ in eventrecord.deliveries(e, header)]
         return out, headers
-
-    async def stats(self) -> dict[str, Any]:
-        """Counts by status, queue depth and the oldest due age, one pipeline per shard."""
-        counts = dict.fromkeys(STATUSES, 0)
-        due_now = 0
-        oldest: int | None = None
-        reclaimed = blocked = 0
-        now_ms = await self.now_ms()  # one TIME, outside the pipelines
-        for sk in self.keys.all_shards():
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.zcard(sk.due)
-                pipe.zcard(sk.held_index)
-                pipe.zcard(sk.processing)
-                pipe.zcard(sk.succeeded)
-                pipe.zcard(sk.dead)
-                pipe.zcount(sk.due, "-inf", now_ms)
-                pipe.zrange(sk.due, 0, 0, withscores=True)
-                pipe.hget(sk.stats, "reclaimed")
-                pipe.zcard(sk.queued)
-                pipe.zcard(sk.blocked)
-                due, held, proc, ok, dead, now_due, head, rec, queued, stop = await pipe.execute()
-            counts["pending"] += due
-            counts["held"] += held
-            counts["delivering"] += proc
-            counts["succeeded"] += ok
-            counts["dead"] += dead
-            counts["queued"] += queued
-            blocked += stop
-            due_now += now_due
-            reclaimed += int(rec or 0)
-            if now_due:  # the head is due: it is the oldest due delivery of this shard
-                score = int(head[0][1])
-                oldest = score if oldest is None else min(oldest, score)
-        return {
-            "counts": counts,
-            "queue": {
-                "due": due_now,
-                "scheduled": counts["pending"] - due_now,
-                "processing": counts["delivering"],
-                "oldest_due_age_seconds": 0.0
-                if oldest is None
-                else round((now_ms - oldest) / 1000, 3),
-            },
-            "reclaimed_total": reclaimed,
-            "blocked_lanes": blocked,
-            "shards": self.settings.shards,
-        }
-
-    async def blocked_lanes(self, sk: ShardKeys, limit: int = 1000) -> list[tuple[str, str]]:
-        """A shard's blocked lanes, oldest first: ``(lane, id of the dead head)``."""
-        lanes = await self.redis.zrange(sk.blocked, 0, limit - 1)
-        if not lanes:
-            return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for lane in lanes:
-                pipe.lindex(sk.lane(lane), 0)
-            heads = await pipe.execute()
-        return [(lane, head) for lane, head in zip(lanes, heads, strict=True) if head]
-
-    async def count_dead(self, since_ms: int | None = None) -> int:
-        """Dead deliveries kept (that died at or after ``since_ms``), over every shard."""
-        low: int | str = since_ms if since_ms else "-inf"
-        return await self._count_scored(lambda sk: sk.dead, low, "+inf")
-
-    async def count_succeeded(self, before_ms: int) -> int:
-        """Succeeded deliveries kept that finished at or before ``before_ms`` (inclusive,
-        like the cutoff of :meth:`expire_shard`), over every shard."""
-        return await self._count_scored(lambda sk: sk.succeeded, "-inf", before_ms)
-
-    async def _count_scored(
-        self, index: Callable[[ShardKeys], str], low: int | str, high: int | str
-    ) -> int:
-        """``ZCOUNT`` of one finished-state index over every shard, in one round trip."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for sk in self.keys.all_shards():
-                pipe.zcount(index(sk), low, high)
-            counts = await pipe.execute()
-        return sum(int(c) for c in counts)

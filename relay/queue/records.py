@@ -14,7 +14,9 @@ from relay.domain import attemptlog, eventrecord, ids
 # Every status a delivery can have. "held": its endpoint is disabled; it waits, out of
 # the due queue, until the endpoint is enabled again (hold.lua, resume.lua).
 # "queued": it waits in its ordered lane behind the lane's head (publish.lua, replay.lua).
-STATUSES = ("pending", "queued", "held", "delivering", "succeeded", "dead")
+# "scheduled": published with a deliver_at still ahead, never attempted; it is in the due
+# queue at that time and reads "pending" once the time has come (derived, not stored).
+STATUSES = ("scheduled", "pending", "queued", "held", "delivering", "succeeded", "dead")
 
 INT_FIELDS = (
     "attempts",
@@ -114,6 +116,7 @@ def record_of(
     due: float | None,
     header: dict[str, Any] | None,
     lease: float | None = None,
+    now_ms: int | None = None,
 ) -> dict[str, Any] | None:
     """A delivery as the API and the CLI show it, from its hash ``raw`` (layout v3: only
     what is nowhere else), its scores in the due queue and in processing (``lease``: its
@@ -121,7 +124,9 @@ def record_of(
     no such delivery.
 
     A delivery without a hash is as published: pending while it is due, and its event's
-    header lists it (by endpoint id, at the index its id ends with).
+    header lists it (by endpoint id, at the index its id ends with). One whose event was
+    published for later (the header's ``at``) is ``scheduled`` while that time is past
+    ``now_ms`` (Redis's clock): no claim takes it before.
     """
     if not raw:
         endpoint_id = eventrecord.endpoint_of(delivery_id, header) if header else None
@@ -165,7 +170,14 @@ def record_of(
     # What an index holds: the next attempt of a pending one is its due score, and a
     # succeeded one finished when it was last updated (a dead one keeps finished_at).
     status = out.get("status")
-    out["next_attempt_at"] = int(due) if status == "pending" and due is not None else None
+    at = header.get("at") if header is not None else None
+    if at is not None:
+        out["deliver_at"] = int(at)
+        # never claimed before it: pending with its time still ahead is still scheduled
+        if status == "pending" and now_ms is not None and int(at) > now_ms:
+            status = out["status"] = "scheduled"
+    waits = status in ("pending", "scheduled") and due is not None
+    out["next_attempt_at"] = int(due) if waits and due is not None else None
     if status == "succeeded":
         out.setdefault("finished_at", out["updated_at"])
     elif status != "dead":

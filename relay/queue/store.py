@@ -8,7 +8,8 @@ typed method); reads are pipelined per shard. Key names come from
   ``now_ms``, wake pub/sub;
 * :mod:`relay.queue.transitions`: publish, claim, record, extend, release, reclaim,
   hold, resume, replay, expire;
-* :mod:`relay.queue.reads`: deliveries, events, listings, stats and counts;
+* :mod:`relay.queue.reads`: deliveries, events, listings;
+* :mod:`relay.queue.counts`: stats and counts by status;
 * :mod:`relay.queue.endpoints`: endpoint records and their shared health state
   (admit, settle, breakers);
 * :mod:`relay.queue.eventtypes`: the event type catalog;
@@ -27,6 +28,7 @@ from collections.abc import Callable
 
 from relay.queue.auth import AuthRecords
 from relay.queue.base import StoreBase, connect
+from relay.queue.counts import Counts
 from relay.queue.dashboard import Dashboard
 from relay.queue.endpoints import EndpointRecords
 from relay.queue.eventtypes import EventTypeRecords
@@ -69,6 +71,7 @@ class Store(
     Transitions,
     Dashboard,  # before Reads, whose subclass it is (it reads headers as Reads does)
     Reads,
+    Counts,
     EndpointRecords,
     EventTypeRecords,
     ServerFacts,

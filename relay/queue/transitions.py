@@ -43,6 +43,7 @@ class Transitions(StoreBase):
         filtered: Sequence[dict[str, str]] = (),
         lanes: Sequence[tuple[str, str]] | None = None,
         trace: str = "",
+        deliver_at_ms: int | None = None,
     ) -> str | None:
         """Store an event with its deliveries in one script (``publish.lua``).
 
@@ -52,7 +53,8 @@ class Transitions(StoreBase):
         written and the stored value is returned instead of None. ``lanes``: per
         delivery, its ordered lane ("" for none) and ``"skip"`` or ``"block"``.
         ``trace``: the publish span's context (:func:`relay.tracing.carrier`), stored as
-        the event's ``tp``; "" with tracing off.
+        the event's ``tp``; "" with tracing off. ``deliver_at_ms``: when the deliveries
+        are due (kept in the event's header as ``at``); None or a past time: now.
         """
         sk = self.keys.shard(shard)
         event_key = sk.event(event_id)
@@ -77,6 +79,7 @@ class Transitions(StoreBase):
                 body=body,
                 filtered=filtered,
                 trace=trace,
+                deliver_at=deliver_at_ms,
             ),
             created_ms,
             sk.wake,
@@ -88,7 +91,8 @@ class Transitions(StoreBase):
             # a delivery whose id does not derive from the event's gets a hash now
             derived = ids.is_delivery_of(delivery_id, event_id, i)
             args += [delivery_id, endpoint_id, "" if derived else "1"]
-        keys.append(sk.queued)
+        keys += [sk.queued, sk.scheduled]
+        args.append("" if deliver_at_ms is None else deliver_at_ms)
         args.append(sk.lane_prefix if lanes else "")
         for lane, on_dead in lanes or ():
             args += [lane, on_dead]

@@ -98,6 +98,7 @@
     ordering_lane: () => "queued in its ordered lane",
     retry_backoff: (w) => `retry ${ago(w.until)}`,
     scheduled: (w) => `due ${ago(w.until)}`,
+    deliver_at: (w) => `scheduled, goes ${ago(w.until)}`,
     lane_blocked: () => "lane blocked: an earlier event of its key is dead",
   };
   function waitText(w, d) {
@@ -114,6 +115,7 @@
       return el("span", { title, class: d.waiting && d.waiting.reason.startsWith("breaker") ? "err-text" : "" },
         waiting || (d.attempts ? `retry ${ago(d.next_attempt_at)}` : `due ${ago(d.next_attempt_at)}`));
     }
+    if (d.status === "scheduled") return el("span", { class: "muted", title: iso(d.deliver_at) }, waiting || `scheduled, goes ${ago(d.deliver_at)}`);
     if (d.status === "delivering") return el("span", { title: iso(d.updated_at) }, "sending now");
     if (d.status === "queued") return el("span", { class: "muted", title: d.lane || "" }, "behind its lane's head");
     if (d.blocking) return el("span", { class: "err-text", title: d.lane || "" }, "blocks its ordered lane");
@@ -191,8 +193,9 @@
       card("delivering", "Delivering", num(counts.delivering), "claimed by workers", "", filterTo("delivering")),
       card("dead", "Dead", num(counts.dead), ov.stats.blocked_lanes ? `${num(ov.stats.blocked_lanes)} ordered lane${ov.stats.blocked_lanes > 1 ? "s" : ""} blocked` : "need an operator", counts.dead > 0 ? "bad" : "", filterTo("dead")),
       card("succeeded", "Succeeded", num(counts.succeeded), "kept until retention", "", filterTo("succeeded")),
-      card("pending", "Pending", num(counts.pending), counts.queued ? `due + scheduled · ${num(counts.queued)} queued in lanes` : "due + scheduled", "", filterTo("pending")),
+      card("pending", "Pending", num(counts.pending), counts.queued ? `due + retrying · ${num(counts.queued)} queued in lanes` : "due + retrying", "", filterTo("pending")),
       card("held", "Held", num(counts.held || 0), "endpoint disabled", counts.held > 0 ? "warn" : "", filterTo("held")),
+      card("scheduled", "Scheduled", num(counts.scheduled || 0), "published for later (deliver_at)", "", filterTo("scheduled")),
       card("rate", "Success, 30 min", rate, `${num(ok30)} ok · ${num(dead30)} dead`, dead30 > 0 && ok30 === 0 ? "bad" : ""),
       card("reclaimed", "Reclaimed", num(reclaimed), "expired leases"),
     );
@@ -349,6 +352,7 @@
     ];
     if (d.status === "held") rows.push(["Held", "endpoint disabled: resumes when it is enabled again", true]);
     else if (d.status === "pending") rows.push(["Next attempt", stamp(d.next_attempt_at), true]);
+    if (d.deliver_at) rows.push([d.status === "scheduled" ? "Scheduled for" : "Published for", stamp(d.deliver_at), true]);
     if (d.waiting && d.status === "pending") rows.push(["Waiting", `${waitText(d.waiting, d)}${d.waiting.until ? ` (${iso(d.waiting.until)})` : ""}`, true]);
     if (d.lane) rows.push(["Ordered lane", el("span", { class: "mono" }, d.lane), true]);
     if (d.status === "queued") rows.push(["Waiting", `queued behind ${d.lane_head || "the head"} in its lane${d.lane_blocked ? ": the lane is blocked by a dead head" : ""}`, true]);

@@ -309,6 +309,7 @@
     lane_blocked: () => "waiting for an earlier event of the same key",
     retry_backoff: (w) => `retry ${ago(w.until)}`,
     scheduled: (w) => `due ${ago(w.until)}`,
+    deliver_at: (w) => `scheduled, goes ${ago(w.until)}`,
   };
   function when(d) {
     if (d.lane_blocked && (d.status === "pending" || d.status === "held")) return WAIT.lane_blocked();

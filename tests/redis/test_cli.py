@@ -66,6 +66,7 @@ async def test_stats(st: Store) -> None:
 
     data = as_json(await cli(st, "stats", "--json"))
     assert data["counts"] == {
+        "scheduled": 0,
         "pending": 1,
         "queued": 0,
         "held": 0,

@@ -198,6 +198,7 @@ async def test_api_publish_and_worker_deliver_every_event_once(
     async with api("GET", "/v1/stats") as resp:
         stats = await resp.json()
     assert stats["counts"] == {
+        "scheduled": 0,
         "pending": 0,
         "queued": 0,
         "held": 0,

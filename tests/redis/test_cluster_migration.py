@@ -160,6 +160,7 @@ async def test_slot_moved_while_deliveries_flow(
     assert set(got.values()) == {1}, [d for d, n in got.items() if n > 1][:5]
     stats = await publisher.stats()
     assert stats["counts"] == {
+        "scheduled": 0,
         "pending": 0,
         "queued": 0,
         "held": 0,

@@ -154,6 +154,7 @@ async def test_deleting_an_endpoint_sends_its_held_deliveries_to_dead(
     assert row is not None and row["last_error"] == "endpoint_deleted"
     assert await listed(store, status="held") == []
     assert (await store.stats())["counts"] == {
+        "scheduled": 0,
         "pending": 0,
         "queued": 0,
         "held": 0,

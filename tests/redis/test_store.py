@@ -516,6 +516,7 @@ async def test_stats_counts(st: Store) -> None:
     await claim(st, limit=1)  # the fourth is now delivering
     stats = await st.stats()
     assert stats["counts"] == {
+        "scheduled": 0,
         "pending": 1,
         "queued": 0,
         "held": 0,

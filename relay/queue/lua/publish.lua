@@ -9,6 +9,7 @@
 -- KEYS[4]  events index (zset)         ShardKeys.events
 -- KEYS[5..4+2n] per delivery, two keys: ShardKeys.delivery(id), ShardKeys.endpoint_index(ep)
 -- KEYS[5+2n] queued index (zset)      ShardKeys.queued (ordered lanes: waiting behind a head)
+-- KEYS[6+2n] scheduled index (zset)   ShardKeys.scheduled (only touched with a deliver_at)
 --
 -- ARGV[1]  "1" when an Idempotency-Key guards this publish
 -- ARGV[2]  idempotency value (JSON: body hash + first answer)   ARGV[3] its TTL, ms
@@ -19,8 +20,10 @@
 -- ARGV[11] n, the number of deliveries
 -- ARGV[12..11+3n] per delivery: delivery id, endpoint id, "1" when its id does not derive
 --          from the event's (relay/domain/ids.py), else ""
--- ARGV[12+3n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
--- ARGV[13+3n..12+5n] (only with a lane prefix) per delivery: its lane ("" unordered; else
+-- ARGV[12+3n] deliver_at, ms: the deliveries are due then (and indexed as scheduled) when
+--          it is ahead of Redis's clock, due now when it is "" or past
+-- ARGV[13+3n] lane key prefix (ShardKeys.lane_prefix), "" when no delivery is ordered
+-- ARGV[14+3n..13+5n] (only with a lane prefix) per delivery: its lane ("" unordered; else
 --          <endpoint_id> or <endpoint_id>:<ordering_key>) and "skip" | "block" (on dead)
 --
 -- Returns {1} when stored, or {0, <stored idempotency value>} when the key was taken.
@@ -37,8 +40,10 @@ end
 
 local now = now_ms()
 local created = ARGV[8]
-
 local n = tonumber(ARGV[11])
+local at = tonumber(ARGV[12 + 3 * n])
+if at and at <= now then at = nil end
+local score = at or now
 if n > 0 then
   redis.call("SET", KEYS[2], ARGV[7])
 else -- no delivery will ever expire it, so it carries its own TTL
@@ -46,17 +51,18 @@ else -- no delivery will ever expire it, so it carries its own TTL
   return {1}
 end
 
--- Wake sleeping workers only when nothing was due yet: a busy queue is being drained.
+-- Wake sleeping workers only when these are due before anything else: a busy queue is
+-- being drained, and a worker learns of a later head from its next claim.
 local first = redis.call("ZRANGE", KEYS[3], 0, 0, "WITHSCORES")
-local wake = (first[2] == nil) or (tonumber(first[2]) > now)
+local wake = (first[2] == nil) or (tonumber(first[2]) > score)
 
-local lane_prefix = ARGV[12 + 3 * n]
+local lane_prefix = ARGV[13 + 3 * n]
 local due = {}
 for i = 1, n do
   local dkey = KEYS[3 + 2 * i]
   local b = 11 + 3 * (i - 1)
   local did, eid, explicit = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3] == "1"
-  local lane = lane_prefix ~= "" and ARGV[11 + 3 * n + 2 * i] or ""
+  local lane = lane_prefix ~= "" and ARGV[12 + 3 * n + 2 * i] or ""
   local head = true
   if lane ~= "" then  -- ordered: joins its lane; only the head goes to due
     head = redis.call("RPUSH", lane_prefix .. lane, did) == 1
@@ -68,7 +74,7 @@ for i = 1, n do
       fields[#fields + 1] = "lane"
       fields[#fields + 1] = lane
       fields[#fields + 1] = "on_dead"
-      fields[#fields + 1] = ARGV[12 + 3 * n + 2 * i]
+      fields[#fields + 1] = ARGV[13 + 3 * n + 2 * i]
     end
     if explicit then
       fields[#fields + 1] = "event_id"
@@ -77,14 +83,20 @@ for i = 1, n do
     redis.call("HSET", dkey, unpack(fields))
   end
   if head then
-    due[#due + 1] = now
+    due[#due + 1] = score
     due[#due + 1] = did
   else
     redis.call("ZADD", KEYS[5 + 2 * n], created, did)
   end
   redis.call("ZADD", KEYS[4 + 2 * i], created, did)
 end
-if #due > 0 then zadd_all(KEYS[3], due) end
+if #due > 0 then
+  zadd_all(KEYS[3], due)
+  if at then  -- the index's past entries are no longer scheduled: trimmed as it grows
+    redis.call("ZREMRANGEBYSCORE", KEYS[6 + 2 * n], "-inf", now)
+    zadd_all(KEYS[6 + 2 * n], due)
+  end
+end
 redis.call("ZADD", KEYS[4], created, ARGV[4])
 if wake and #due > 0 then
   redis.call("PUBLISH", ARGV[9], "due")
