@@ -19,6 +19,7 @@ from relay.api.models import (
 )
 from relay.domain import cursors
 from relay.endpoints.health import Health
+from relay.queue.store import Store
 
 
 @route(
@@ -119,9 +120,7 @@ async def replay(request: web.Request) -> web.Response:
     result = (await request.app[STORE].replay([delivery_id]))[delivery_id]
     if result == "ok":
         return json({"id": delivery_id, "status": "pending"}, status=202)
-    if result == "pending":  # the status a read derives (scheduled) is the one to say
-        row = await request.app[STORE].get_delivery(delivery_id, with_log=False)
-        result = row["status"] if row is not None else result
+    result = await _shown_status(request.app[STORE], delivery_id, result)
     raise _refused(delivery_id, result, "replayable", "only dead or succeeded can be replayed")
 
 
@@ -143,7 +142,17 @@ async def discard(request: web.Request) -> web.Response:
         d = await request.app[STORE].get_delivery(delivery_id, with_log=False)
         at = d.get("discarded_at") if d else None
         return json({"id": delivery_id, "status": "dead", "discarded_at": at}, status=202)
+    result = await _shown_status(request.app[STORE], delivery_id, result)
     raise _refused(delivery_id, result, "discardable", "only dead deliveries can be discarded")
+
+
+async def _shown_status(store: Store, delivery_id: str, status: str) -> str:
+    """The status a read shows for a script's refusal: a stored ``pending`` may read
+    ``scheduled`` (derived from its event's ``deliver_at``)."""
+    if status != "pending":
+        return status
+    row = await store.get_delivery(delivery_id, with_log=False)
+    return str(row["status"]) if row is not None else status
 
 
 def _refused(delivery_id: str, status: str, what: str, rule: str) -> ApiError:

@@ -71,6 +71,9 @@ async def test_the_api_publishes_for_later_and_every_read_says_scheduled(
     status, refused = await call(api, "POST", f"/v1/deliveries/{ref['id']}/replay")
     assert_error(status, refused, 409, "delivery_not_replayable")
     assert refused["current_status"] == "scheduled"
+    status, refused = await call(api, "POST", f"/v1/deliveries/{ref['id']}/discard")
+    assert_error(status, refused, 409, "delivery_not_discardable")
+    assert refused["current_status"] == "scheduled"
 
 
 async def test_the_same_idempotency_key_and_time_answer_the_first_event(
