@@ -139,7 +139,16 @@ API_CONNECTIONS_REFUSED = Counter(
     registry=REGISTRY,
 )
 QUEUE_DUE = Gauge("relay_queue_due", "Deliveries due now", registry=REGISTRY)
-QUEUE_SCHEDULED = Gauge("relay_queue_scheduled", "Pending deliveries due later", registry=REGISTRY)
+QUEUE_SCHEDULED = Gauge(
+    "relay_queue_scheduled",
+    "Deliveries in the due queue for later: retries waiting and status scheduled alike",
+    registry=REGISTRY,
+)
+SCHEDULED = Gauge(
+    "relay_scheduled_deliveries",
+    "Deliveries of status scheduled: published with a deliver_at still ahead",
+    registry=REGISTRY,
+)
 QUEUE_PROCESSING = Gauge(
     "relay_queue_processing", "Deliveries claimed (in flight)", registry=REGISTRY
 )
@@ -231,6 +240,7 @@ def set_queue(stats: dict[str, Any]) -> None:
     QUEUE_SCHEDULED.set(stats["queue"]["scheduled"])
     QUEUE_PROCESSING.set(stats["queue"]["processing"])
     QUEUE_HELD.set(stats["counts"]["held"])
+    SCHEDULED.set(stats["counts"]["scheduled"])
     QUEUE_QUEUED.set(stats["counts"].get("queued", 0))
     BLOCKED_LANES.set(stats.get("blocked_lanes", 0))
     DEAD_LETTERS.set(stats["counts"]["dead"])

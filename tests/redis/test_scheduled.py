@@ -65,6 +65,8 @@ async def test_the_api_publishes_for_later_and_every_read_says_scheduled(
 
     status, stats = await call(api, "GET", "/v1/stats")
     assert (stats["counts"]["scheduled"], stats["counts"]["pending"]) == (1, 0)
+    async with api("GET", "/metrics") as r:
+        assert "relay_scheduled_deliveries 1.0" in (await r.text()).splitlines()
     status, event = await call(api, "GET", f"/v1/events/{answer['id']}")
     assert event["deliver_at"] == rfc3339(at)
 
@@ -166,7 +168,7 @@ async def test_a_worker_sends_a_scheduled_delivery_at_its_time_and_not_before(
     task = asyncio.create_task(Worker(store, store.settings).run(stop))
     try:
         await receiver.wait_for(1, within=30.0, path="/soon")
-        await until_succeeded(store, soon_id)
+        await until_status(store, soon_id, "succeeded")
     finally:
         stop.set()
         await task
@@ -178,11 +180,11 @@ async def test_a_worker_sends_a_scheduled_delivery_at_its_time_and_not_before(
     assert (stats["counts"]["scheduled"], stats["counts"]["succeeded"]) == (1, 1)
 
 
-async def until_succeeded(store: Store, delivery_id: str) -> None:
+async def until_status(store: Store, delivery_id: str, status: str) -> None:
     deadline = time.monotonic() + 15.0
     while True:
         row = await store.get_delivery(delivery_id, with_log=False)
-        if row is not None and row["status"] == "succeeded":
+        if row is not None and row["status"] == status:
             return
         assert time.monotonic() < deadline, row
         await asyncio.sleep(0.02)
@@ -209,3 +211,32 @@ async def test_a_delivery_due_at_its_time_reads_pending_until_claimed(
     stats = await store.stats()
     assert (stats["counts"]["scheduled"], stats["counts"]["pending"]) == (0, 1)
     assert stats["queue"]["due"] == 1
+
+
+async def test_a_scheduled_delivery_of_a_disabled_endpoint_is_held_at_its_time(
+    make_store: Any, make_api: Any, receiver: Receiver
+) -> None:
+    store: Store = await make_store()
+    api = await make_api(store)
+    ep = await new_endpoint(api, url=receiver.url + "/hook")
+    at = now_ms() + 300
+    status, answer = await call(
+        api, "POST", "/v1/events", json={"type": "a.b", "payload": 1, "deliver_at": rfc3339(at)}
+    )
+    assert status == 201
+    (ref,) = answer["deliveries"]
+    status, _ = await call(api, "PATCH", f"/v1/endpoints/{ep['id']}", json={"enabled": False})
+    assert status == 200
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(Worker(store, store.settings).run(stop))
+    try:
+        await until_status(store, ref["id"], "held")
+        assert receiver.requests == []
+        status, _ = await call(api, "PATCH", f"/v1/endpoints/{ep['id']}", json={"enabled": True})
+        assert status == 200
+        await receiver.wait_for(1, within=15.0, path="/hook")
+        await until_status(store, ref["id"], "succeeded")
+    finally:
+        stop.set()
+        await task
