@@ -195,7 +195,7 @@
       card("succeeded", "Succeeded", num(counts.succeeded), "kept until retention", "", filterTo("succeeded")),
       card("pending", "Pending", num(counts.pending), counts.queued ? `due + retrying · ${num(counts.queued)} queued in lanes` : "due + retrying", "", filterTo("pending")),
       card("held", "Held", num(counts.held || 0), "endpoint disabled", counts.held > 0 ? "warn" : "", filterTo("held")),
-      card("scheduled", "Scheduled", num(counts.scheduled || 0), "published for later (deliver_at)", "", filterTo("scheduled")),
+      card("scheduled", "Scheduled", num(counts.scheduled || 0), "deliver_at ahead", "", filterTo("scheduled")),
       card("rate", "Success, 30 min", rate, `${num(ok30)} ok · ${num(dead30)} dead`, dead30 > 0 && ok30 === 0 ? "bad" : ""),
       card("reclaimed", "Reclaimed", num(reclaimed), "expired leases"),
     );
