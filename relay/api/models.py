@@ -302,8 +302,14 @@ class ErrorOut(BaseModel):
 
 
 class StatsOut(BaseModel):
-    counts: dict[str, int]
-    queue: dict[str, float]
+    counts: dict[str, int] = Field(
+        description="deliveries by status: scheduled, pending, queued, held, delivering, "
+        "succeeded, dead"
+    )
+    queue: dict[str, float] = Field(
+        description="due (due now), scheduled (in the due queue for later: retries waiting "
+        "and scheduled deliveries), processing, oldest_due_age_seconds"
+    )
     reclaimed_total: int
     blocked_lanes: int = Field(
         description="ordered lanes stopped at a dead head (ordering_on_dead: block)"

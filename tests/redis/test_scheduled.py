@@ -240,3 +240,18 @@ async def test_a_scheduled_delivery_of_a_disabled_endpoint_is_held_at_its_time(
     finally:
         stop.set()
         await task
+
+
+async def test_the_openapi_document_describes_deliver_at(make_store: Any, make_api: Any) -> None:
+    store: Store = await make_store()
+    api = await make_api(store)
+    status, doc = await call(api, "GET", "/openapi.json")
+    assert status == 200
+    op = doc["paths"]["/v1/events"]["post"]
+    ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    body = doc["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert "deliver_at" in body["properties"]
+    refusals = op["responses"]["422"]["description"]
+    assert "deliver_at_too_far" in refusals and "deliver_at_ordered" in refusals
+    statuses = doc["components"]["schemas"]["DeliveryOut"]["properties"]["status"]
+    assert "scheduled" in str(statuses)
