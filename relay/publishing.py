@@ -215,6 +215,41 @@ class Publisher:
         """Store ``event`` with one delivery per target endpoint; raises a
         :class:`PublishError` (and writes nothing) when it cannot be published.
         ``trace``: the publish span's context to store with the event (tracing on)."""
+        ready = await self._prepare(event, idempotency_key, trace)
+        if isinstance(ready, Published):
+            return ready
+        return ready.settle(await self.store.publish(**ready.write))
+
+    async def publish_batch(
+        self, events: Sequence[tuple[EventIn, str | None]], *, trace: str = ""
+    ) -> list[Published | PublishError]:
+        """Publish each ``(event, idempotency_key)`` as :meth:`publish` does, all or
+        nothing per event: one answer each, in order, a :class:`PublishError` for an
+        event refused. The writes go to Redis together (:meth:`Store.publish_many`), in
+        the order given, so a key given twice answers as a retry of its first event."""
+        answers: list[Published | PublishError | _Ready] = []
+        for event, key in events:
+            try:
+                answers.append(await self._prepare(event, key, trace))
+            except PublishError as exc:
+                answers.append(exc)
+        ready = [a for a in answers if isinstance(a, _Ready)]
+        taken = iter(await self.store.publish_many([r.write for r in ready]) if ready else [])
+        out: list[Published | PublishError] = []
+        for answer in answers:
+            if isinstance(answer, _Ready):
+                try:
+                    answer = answer.settle(next(taken))
+                except PublishError as exc:
+                    answer = exc
+            out.append(answer)
+        return out
+
+    async def _prepare(
+        self, event: EventIn, idempotency_key: str | None, trace: str
+    ) -> Published | _Ready:
+        """The write that publishes ``event``, or the first answer when its key's retry
+        is refused by the catalog; raises a :class:`PublishError` when it is refused."""
         if event.app == self.settings.ops_app and not self.relay_events:
             raise AppReserved(f"app {event.app!r} is reserved for relay's events")
         payload_json = orjson.dumps(event.payload)
@@ -264,23 +299,37 @@ class Publisher:
         if idempotency_key is not None:
             mark = fingerprint(event)
             guard = (idempotency_key, orjson.dumps({"h": mark, "answer": answer}))
-        taken = await self.store.publish(
-            shard=shard,
-            event_id=event_id,
-            event_type=event.type,
-            app=event.app,
-            body=signing.build_body(event_id, event.type, now_ms, payload_json),
-            created_ms=now_ms,
-            deliveries=deliveries,
-            idempotency=guard,
-            filtered=filtered,
-            lanes=lane_args if ordered else None,
-            trace=trace,
-        )
+        write = {
+            "shard": shard,
+            "event_id": event_id,
+            "event_type": event.type,
+            "app": event.app,
+            "body": signing.build_body(event_id, event.type, now_ms, payload_json),
+            "created_ms": now_ms,
+            "deliveries": deliveries,
+            "idempotency": guard,
+            "filtered": filtered,
+            "lanes": lane_args if ordered else None,
+            "trace": trace,
+        }
+        return _Ready(write, answer, mark)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    """A publish decided and not yet written: the arguments of ``Store.publish``, the
+    answer it gets when written, and the fingerprint its idempotency key stores."""
+
+    write: dict[str, Any]
+    answer: dict[str, Any]
+    mark: str
+
+    def settle(self, taken: str | None) -> Published:
+        """The answer once written; ``taken``: what its key held already (None: free)."""
         if taken is None:
-            return Published(answer, created=True)
+            return Published(self.answer, created=True)
         first = orjson.loads(taken)
-        if first["h"] != mark:
+        if first["h"] != self.mark:
             raise IdempotencyKeyReused(
                 "this Idempotency-Key was used with a different request body"
             )
