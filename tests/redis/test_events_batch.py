@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 
 from relay.api.models import MAX_BATCH
+from relay.domain import ids
+from relay.domain.schema import EventIn, endpoint_record
+from relay.publishing import Published, Publisher
 from relay.queue.store import Store
 from tests.helpers import event_ids
 from tests.helpers.api import assert_error, call, new_endpoint, snapshot
@@ -166,3 +169,19 @@ async def test_an_app_key_publishes_to_its_own_app(env: tuple[Store, Any]) -> No
     assert [r["status"] for r in results] == [201, 201, 403]
     assert results[0]["event"]["app"] == results[1]["event"]["app"] == "A"
     assert_error(403, results[2], 403, "forbidden")
+
+
+async def test_a_batch_on_a_cluster_goes_to_every_shard_it_names(cluster_store: Any) -> None:
+    """A cluster refuses scripts in a pipeline: each write goes on its own, all at once."""
+    store = await cluster_store()
+    await store.put_endpoint(endpoint_record(url="http://127.0.0.1:9/hook"))
+    publisher = Publisher(store)
+    keyed = [(EventIn(type="order.paid", payload={"n": i}), f"c-{i}") for i in range(10)]
+    free = [(EventIn(type="order.paid", payload={"n": i}), None) for i in range(20)]
+    first = await publisher.publish_batch([*keyed, *free, keyed[0]])
+    assert [isinstance(a, Published) and a.created for a in first] == [True] * 30 + [False]
+    answers = [a.answer for a in first if isinstance(a, Published)]
+    again = await publisher.publish_batch(keyed)
+    assert [a.answer for a in again if isinstance(a, Published)] == answers[:10]
+    assert len({ids.shard_of(a["id"]) for a in answers}) > 1  # the unkeyed: random shards
+    assert len(await event_ids(store)) == 30
