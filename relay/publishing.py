@@ -25,102 +25,53 @@ from typing import Any
 import orjson
 
 from relay.domain import filters, ids, matching, ordering, signing
-from relay.domain.schema import EventIn
+from relay.domain.schema import EventIn, EventPublishIn
 from relay.endpoints import catalog
+from relay.publish_errors import (
+    AppReserved,
+    CatalogRefusal,
+    DeliverAtInvalid,
+    DeliverAtOrdered,
+    DeliverAtTooFar,
+    EventTypeSchemaInvalid,
+    IdempotencyKeyReused,
+    PayloadInvalid,
+    PayloadTooLarge,
+    PublishError,
+    SchemaBudgetExceeded,
+    TooManyDeliveries,
+    UnknownEndpoints,
+    UnknownEventType,
+    days,
+    refusal,
+)
 from relay.queue.store import Store
-from relay.sandbox import Inline, Judge, SchemaFailure, Verdict, Work
-from relay.sandbox.work import MEMORY_BYTES, SCHEMA_SECONDS
+from relay.sandbox import Inline, Judge, Verdict, Work
+
+# the refusals are part of this module's interface: callers import them from here
+__all__ = [
+    "AppReserved",
+    "CatalogRefusal",
+    "DeliverAtInvalid",
+    "DeliverAtOrdered",
+    "DeliverAtTooFar",
+    "EventTypeSchemaInvalid",
+    "IdempotencyKeyReused",
+    "PayloadInvalid",
+    "PayloadTooLarge",
+    "PublishError",
+    "Published",
+    "Publisher",
+    "SchemaBudgetExceeded",
+    "TooManyDeliveries",
+    "UnknownEndpoints",
+    "UnknownEventType",
+    "fingerprint",
+    "select_targets",
+]
 
 EndpointSource = Callable[[str], Awaitable[list[dict[str, Any]]]]
 EventTypeSource = Callable[[str], Awaitable[catalog.Known | None]]
-
-
-class PublishError(Exception):
-    """A publish that was refused; nothing was written. ``status`` is the 4xx it means."""
-
-    status = 422
-    code = "publish_refused"
-
-    def __init__(self, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.extra = extra  # more fields of the error answer (payload_invalid: path)
-
-
-class PayloadTooLarge(PublishError):
-    status = 413
-    code = "payload_too_large"
-
-
-class AppReserved(PublishError):
-    """The ops app (``RELAY_OPS_APP``) takes relay's own operational events only."""
-
-    code = "app_reserved"
-
-
-class UnknownEndpoints(PublishError):
-    status = 422
-    code = "unknown_endpoint"
-
-
-class CatalogRefusal(PublishError):
-    """Refused by the event type catalog (its schema, strict mode): a retry of a publish
-    accepted before the catalog changed still gets its first answer."""
-
-
-class PayloadInvalid(CatalogRefusal):
-    """The payload does not match its event type's JSON Schema (``path``: where)."""
-
-    code = "payload_invalid"
-
-
-class UnknownEventType(CatalogRefusal):
-    """``RELAY_EVENT_TYPES_STRICT=1`` and the type is not in the catalog."""
-
-    code = "unknown_event_type"
-
-
-class EventTypeSchemaInvalid(CatalogRefusal):
-    """The type's stored schema cannot be applied (a ``$ref`` resolving to nothing, or a
-    schema stored before the limits of relay.domain.schemalimits that breaks them)."""
-
-    code = "schema_invalid"
-
-
-class SchemaBudgetExceeded(CatalogRefusal):
-    """Validating the payload against its type's schema ran past the sandbox's budget."""
-
-    code = "schema_budget_exceeded"
-
-
-class TooManyDeliveries(PublishError):
-    """More target endpoints than one event can have deliveries (ids.MAX_DELIVERIES)."""
-
-    code = "too_many_deliveries"
-
-
-class DeliverAtInvalid(PublishError):
-    """A ``deliver_at`` that names no instant (a datetime without a time zone)."""
-
-    code = "deliver_at_invalid"
-
-
-class DeliverAtTooFar(PublishError):
-    """A ``deliver_at`` further ahead than ``RELAY_MAX_SCHEDULE_AHEAD``."""
-
-    code = "deliver_at_too_far"
-
-
-class DeliverAtOrdered(PublishError):
-    """A ``deliver_at`` ahead for an event that joins an ordered lane: its place in the
-    lane would hold every delivery behind it until then, or leave the lane's order."""
-
-    code = "deliver_at_ordered"
-
-
-class IdempotencyKeyReused(PublishError):
-    status = 409
-    code = "idempotency_key_reused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +152,7 @@ class Publisher:
         ahead = self.settings.max_schedule_ahead
         if at is not None and at - time.time() * 1000 > ahead * 1000:
             raise DeliverAtTooFar(
-                f"deliver_at is more than {_days(ahead)} ahead (RELAY_MAX_SCHEDULE_AHEAD)"
+                f"deliver_at is more than {days(ahead)} ahead (RELAY_MAX_SCHEDULE_AHEAD)"
             )
         return at
 
@@ -234,7 +185,7 @@ class Publisher:
         )
         verdict = Verdict() if work.empty else await self.judge.judge(work)
         if verdict.schema is not None:
-            raise _refusal(event.type, verdict.schema)
+            raise refusal(event.type, verdict.schema)
         if refused is not None:
             raise refused
         out: set[str] = set()
@@ -265,7 +216,43 @@ class Publisher:
         (:class:`DeliverAtTooFar`), a time ahead for an event that joins an ordered lane
         (:class:`DeliverAtOrdered`). The answer then carries ``deliver_at`` (RFC 3339), and
         the time asked for is part of what an Idempotency-Key compares."""
-        at = self._deliver_at(deliver_at)
+        ready = await self._prepare(event, idempotency_key, trace, self._deliver_at(deliver_at))
+        if isinstance(ready, Published):
+            return ready
+        return ready.settle(await self.store.publish(**ready.write))
+
+    async def publish_batch(
+        self, events: Sequence[tuple[EventIn, str | None]], *, trace: str = ""
+    ) -> list[Published | PublishError]:
+        """Publish each ``(event, idempotency_key)`` as :meth:`publish` does (an
+        :class:`EventPublishIn` with its ``deliver_at``), all or
+        nothing per event: one answer each, in order, a :class:`PublishError` for an
+        event refused. The writes go to Redis together (:meth:`Store.publish_many`), in
+        the order given, so a key given twice answers as a retry of its first event."""
+        answers: list[Published | PublishError | _Ready] = []
+        for event, key in events:
+            try:
+                at = event.deliver_at_ms() if isinstance(event, EventPublishIn) else None
+                answers.append(await self._prepare(event, key, trace, self._deliver_at(at)))
+            except PublishError as exc:
+                answers.append(exc)
+        ready = [a for a in answers if isinstance(a, _Ready)]
+        taken = iter(await self.store.publish_many([r.write for r in ready]) if ready else [])
+        out: list[Published | PublishError] = []
+        for answer in answers:
+            if isinstance(answer, _Ready):
+                try:
+                    answer = answer.settle(next(taken))
+                except PublishError as exc:
+                    answer = exc
+            out.append(answer)
+        return out
+
+    async def _prepare(
+        self, event: EventIn, idempotency_key: str | None, trace: str, at: int | None
+    ) -> Published | _Ready:
+        """The write that publishes ``event``, or the first answer when its key's retry
+        is refused by the catalog; raises a :class:`PublishError` when it is refused."""
         if event.app == self.settings.ops_app and not self.relay_events:
             raise AppReserved(f"app {event.app!r} is reserved for relay's events")
         payload_json = orjson.dumps(event.payload)
@@ -323,24 +310,38 @@ class Publisher:
         if idempotency_key is not None:
             mark = fingerprint(event, at)
             guard = (idempotency_key, orjson.dumps({"h": mark, "answer": answer}))
-        taken = await self.store.publish(
-            shard=shard,
-            event_id=event_id,
-            event_type=event.type,
-            app=event.app,
-            body=signing.build_body(event_id, event.type, now_ms, payload_json),
-            created_ms=now_ms,
-            deliveries=deliveries,
-            idempotency=guard,
-            filtered=filtered,
-            lanes=lane_args if ordered else None,
-            trace=trace,
-            deliver_at_ms=later,
-        )
+        write = {
+            "shard": shard,
+            "event_id": event_id,
+            "event_type": event.type,
+            "app": event.app,
+            "body": signing.build_body(event_id, event.type, now_ms, payload_json),
+            "created_ms": now_ms,
+            "deliveries": deliveries,
+            "idempotency": guard,
+            "filtered": filtered,
+            "lanes": lane_args if ordered else None,
+            "trace": trace,
+            "deliver_at_ms": later,
+        }
+        return _Ready(write, answer, mark)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    """A publish decided and not yet written: the arguments of ``Store.publish``, the
+    answer it gets when written, and the fingerprint its idempotency key stores."""
+
+    write: dict[str, Any]
+    answer: dict[str, Any]
+    mark: str
+
+    def settle(self, taken: str | None) -> Published:
+        """The answer once written; ``taken``: what its key held already (None: free)."""
         if taken is None:
-            return Published(answer, created=True)
+            return Published(self.answer, created=True)
         first = orjson.loads(taken)
-        if first["h"] != mark:
+        if first["h"] != self.mark:
             raise IdempotencyKeyReused(
                 "this Idempotency-Key was used with a different request body"
             )
@@ -356,32 +357,3 @@ def _deliver_at_ms(when: datetime | int | None) -> int | None:
             "deliver_at must be a time with a time zone (RFC 3339, e.g. 2026-12-01T10:00:00Z)"
         )
     return int(when.timestamp() * 1000)
-
-
-def _refusal(event_type: str, failure: SchemaFailure) -> PublishError:
-    """The 422 for a payload its type's schema did not pass."""
-    if failure.kind == "invalid":
-        return PayloadInvalid(
-            f"payload does not match the schema of {event_type}: {failure.path}: {failure.message}",
-            path=failure.path,
-        )
-    if failure.kind == "broken":
-        return EventTypeSchemaInvalid(failure.message)
-    budget = (
-        f"time budget ({SCHEMA_SECONDS:g} s)"
-        if failure.kind == "time"
-        else f"memory budget ({MEMORY_BYTES >> 20} MiB)"
-    )
-    return SchemaBudgetExceeded(
-        f"validating the payload against the schema of {event_type} exceeded its {budget}; "
-        "the payload was not accepted (a smaller payload, or a simpler schema, passes)"
-    )
-
-
-def _days(seconds: float) -> str:
-    """A duration as the refusal says it: whole days, else whole hours, else seconds."""
-    for unit, size in (("day", 86400), ("hour", 3600)):
-        if seconds >= size and seconds % size == 0:
-            n = int(seconds // size)
-            return f"{n} {unit}" + ("s" if n != 1 else "")
-    return f"{seconds:g} seconds"

@@ -99,12 +99,13 @@ def _start(name: str, **kw: Any) -> Any:
 
 
 @contextlib.contextmanager
-def publish_span(headers: Mapping[str, str]) -> Iterator[Span]:
-    """The span of one ``POST /v1/events``, continuing the caller's ``traceparent``."""
+def publish_span(headers: Mapping[str, str], route: str = "/v1/events") -> Iterator[Span]:
+    """The span of one ``POST /v1/events`` (or ``route``), continuing the caller's
+    ``traceparent``."""
     from opentelemetry.trace import SpanKind
 
     parent = _propagator.extract(_Carrier(headers))
-    attrs = {"http.request.method": "POST", "http.route": "/v1/events"}
+    attrs = {"http.request.method": "POST", "http.route": route}
     with _start(PUBLISH, context=parent, kind=SpanKind.SERVER, attributes=attrs) as span:
         try:
             yield span

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from relay.api import (  # noqa: F401
     apikeys,
+    batch,
     deliveries,
     docs,
     endpoints,

@@ -20,9 +20,14 @@ def _idempotency_key(request: web.Request) -> str | None:
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is None:
         return None
-    if not 1 <= len(key) <= 256 or not key.isprintable():
+    if not valid_key(key):
         raise ApiError(422, "validation_error", "Idempotency-Key must be 1-256 printable chars")
     return key
+
+
+def valid_key(key: object) -> bool:
+    """Whether ``key`` can be an idempotency key: 1-256 printable characters."""
+    return isinstance(key, str) and 1 <= len(key) <= 256 and key.isprintable()
 
 
 @route(

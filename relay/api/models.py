@@ -315,3 +315,45 @@ class StatsOut(BaseModel):
         description="ordered lanes stopped at a dead head (ordering_on_dead: block)"
     )
     shards: int
+
+
+# The most events one POST /v1/events/batch takes: enough to pay for the request and its
+# authentication a hundred times over, few enough that one request's work stays a short
+# turn of the API process's event loop and its answer a few tens of kilobytes.
+MAX_BATCH = 100
+IDEMPOTENCY_KEY = "1-256 printable characters"
+
+
+class BatchEventIn(EventPublishIn):
+    """One event of a batch: an event as ``POST /v1/events`` takes it, with its key."""
+
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        description=f"{IDEMPOTENCY_KEY}, as the Idempotency-Key header of POST /v1/events: "
+        "the same key and event again answer the first event (200); with another event 409"
+    )
+
+
+class EventBatchIn(StrictBody):
+    """Publish several events, each on its own."""
+
+    events: Annotated[list[BatchEventIn], Field(min_length=1, max_length=MAX_BATCH)] = Field(
+        description=f"1-{MAX_BATCH} events, each published or refused on its own"
+    )
+
+
+class BatchResult(BaseModel):
+    """One event's answer: ``event`` when published (201) or answered again (200), else
+    the error fields POST /v1/events answers with that status."""
+
+    status: int = Field(description="what POST /v1/events answers this event: 201, 200, 4xx")
+    event: EventOut | None = None
+    error: str | None = None
+    message: str | None = None
+    details: list[ErrorDetail] | None = Field(
+        default=None, description="validation_error: one entry per field in error"
+    )
+    path: str | None = Field(default=None, description="payload_invalid: where the payload fails")
+
+
+class EventBatchOut(BaseModel):
+    results: list[BatchResult] = Field(description="one per event, in the order sent")

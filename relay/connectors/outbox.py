@@ -5,7 +5,11 @@ own transaction. Each connector replica loops:
 
 1. ``BEGIN``; take up to ``RELAY_OUTBOX_BATCH`` of the oldest rows with
    ``FOR UPDATE SKIP LOCKED`` (rows another replica holds are passed over, not waited on;
-   rows of uncommitted or rolled-back transactions are invisible);
+   rows of uncommitted or rolled-back transactions are invisible). A row with an
+   ``ordering_key`` is taken only while no earlier row of its key and app is left in the
+   table (:func:`relay.connectors.outbox_schema.claim`), so a key's rows become events
+   in id order whichever replica takes them, one per batch, while rows of other keys go
+   in parallel;
 2. publish each through :class:`relay.publishing.Publisher` with the Idempotency-Key
    ``outbox:<table>:<id>`` (or the row's own ``idempotency_key``): the key is checked
    and set inside relay's publish script, so a row published again (the connector died
@@ -42,7 +46,7 @@ from pydantic import ValidationError
 from relay.connectors import outbox_schema as q
 from relay.domain.schema import EventIn, refusal
 from relay.ops import metrics
-from relay.publishing import Publisher, PublishError
+from relay.publishing import IdempotencyKeyReused, Published, Publisher, PublishError
 from relay.queue.errors import is_transient
 from relay.queue.store import Store
 from relay.sandbox import Sandbox, SandboxUnavailable
@@ -93,6 +97,7 @@ def event_of(row: dict[str, Any]) -> EventIn:
         payload=row["payload"],
         app=row["app"] if row["app"] is not None else "default",
         endpoint_ids=row["endpoint_ids"],
+        ordering_key=row["ordering_key"],
     )
 
 
@@ -123,6 +128,7 @@ class OutboxConnector:
         self.tally = Tally()
         self.batch_seconds = BATCH_SECONDS
         self.left_late = 0  # rows the last batch left for the next one (past its time)
+        self.keyed = False  # whether the last batch had a row with an ordering_key
         self._memo: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._gauges_at = 0.0
@@ -139,7 +145,7 @@ class OutboxConnector:
         try:
             event = event_of(row)
             key = row["idempotency_key"] or self.names.idempotency_key(row_id)
-            done = await self.publisher.publish(event, idempotency_key=key)
+            done = await self._publish_event(event, key)
         except ValidationError as exc:
             return Outcome(row_id, "dead", "invalid row: " + _errors(exc))
         except PublishError as exc:
@@ -152,6 +158,17 @@ class OutboxConnector:
             self.after_publish(row_id)
         return Outcome(row_id, "created" if done.created else "duplicate")
 
+    async def _publish_event(self, event: EventIn, key: str) -> Published:
+        try:
+            return await self.publisher.publish(event, idempotency_key=key)
+        except IdempotencyKeyReused:
+            if event.ordering_key is None:
+                raise
+            # A row published by a connector that left its ordering_key out, and not yet
+            # removed: the key holds that event, which is this row's (nothing is written).
+            unordered = event.model_copy(update={"ordering_key": None})
+            return await self.publisher.publish(unordered, idempotency_key=key)
+
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
             self._conn = await connect(self.settings.outbox_dsn, autocommit=False)
@@ -159,7 +176,7 @@ class OutboxConnector:
 
     async def batch(self) -> tuple[int, bool]:
         """Claim, publish and settle one batch: (rows taken, whether all were settled)."""
-        self.left_late = 0
+        self.left_late, self.keyed = 0, False
         conn = await self._connection()
         try:
             async with conn.transaction():
@@ -168,6 +185,7 @@ class OutboxConnector:
                 if not rows:
                     return 0, True
                 self._memo.clear()
+                self.keyed = any(r["ordering_key"] is not None for r in rows)
                 outcomes = await self._publish_all(rows)
                 self._memo.clear()
                 await self._settle(conn, outcomes)
@@ -238,7 +256,10 @@ class OutboxConnector:
             taken, settled = await self.batch()
             if not settled:
                 return False
-            if taken < self.settings.outbox_batch and not self.left_late:
+            if taken == 0:
+                return True
+            # a batch with an ordered row: the next row of its key may be takeable now
+            if taken < self.settings.outbox_batch and not self.left_late and not self.keyed:
                 return True
         return True
 

@@ -29,6 +29,7 @@ class Names:
     dead: sql.Identifier
     notify_fn: sql.Identifier
     trigger: sql.Identifier  # unqualified: a trigger lives in its table's schema
+    key_index: sql.Identifier  # unqualified: an index lives in its table's schema
     channel: str  # the NOTIFY channel (LISTEN takes it as an identifier)
 
     def idempotency_key(self, row_id: int) -> str:
@@ -48,6 +49,7 @@ def names(configured: str) -> Names:
         dead=ident(f"{base}_dead"),
         notify_fn=ident(f"{base}_notify"),
         trigger=sql.Identifier(f"{base}_notify"),
+        key_index=sql.Identifier(f"{base}_ordering_key"),
         channel=configured,
     )
 
@@ -58,11 +60,15 @@ CREATE TABLE IF NOT EXISTS {table} (
     type            text        NOT NULL,
     payload         jsonb       NOT NULL,
     app             text,           -- NULL: relay's app "default"
-    ordering_key    text,           -- stored; ordered lanes do not exist in relay yet
+    ordering_key    text,           -- rows of one key (and app) are published in id order
     endpoint_ids    text[],         -- NULL: every subscribed endpoint of the app
     idempotency_key text,           -- NULL: relay uses 'outbox:<table>:<id>'
     created_at      timestamptz NOT NULL DEFAULT now()
 );
+
+-- the claim's look-up of an earlier row of the same ordering key
+CREATE INDEX IF NOT EXISTS {key_index} ON {table} (ordering_key, id)
+    WHERE ordering_key IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS {dead} (
     id              bigint      PRIMARY KEY,  -- the row's id in the outbox
@@ -96,6 +102,7 @@ def ddl(n: Names) -> sql.Composed:
         dead=n.dead,
         notify_fn=n.notify_fn,
         trigger=n.trigger,
+        key_index=n.key_index,
         channel=sql.Literal(n.channel),
     )
 
@@ -105,11 +112,18 @@ def ddl_text(n: Names) -> str:
 
 
 def claim(n: Names) -> sql.Composed:
-    """The oldest waiting rows no other connector holds, locked until this transaction ends."""
+    """The oldest waiting rows no other connector holds, locked until this transaction
+    ends; a row with an ``ordering_key`` only while no earlier row of its key (and app)
+    is left in the table, whoever holds that one: a key's rows are taken one at a time,
+    in id order, by whichever replica gets there, and its next row only once the one
+    before it is published and gone."""
     return sql.SQL(
         "SELECT id, type, payload, app, ordering_key, endpoint_ids, idempotency_key, created_at"
-        " FROM {} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED"
-    ).format(n.table)
+        " FROM {table} AS o WHERE o.ordering_key IS NULL OR NOT EXISTS ("
+        "  SELECT 1 FROM {table} AS e WHERE e.ordering_key = o.ordering_key AND e.id < o.id"
+        "  AND coalesce(e.app, 'default') = coalesce(o.app, 'default'))"
+        " ORDER BY id LIMIT %s FOR UPDATE OF o SKIP LOCKED"
+    ).format(table=n.table)
 
 
 def remove(n: Names) -> sql.Composed:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from redis.asyncio.cluster import RedisCluster
 from redis.client import NEVER_DECODE
 from redis.exceptions import AskError, ClusterError, NoScriptError, TryAgainError
 
@@ -149,6 +150,54 @@ class _Call:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.2)
 
+    async def many(
+        self, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]], *, ack: tuple[int, float]
+    ) -> list[Any]:
+        """Several calls of this script, ``(keys, args)`` each, their replies in order.
+
+        On one Redis they go in one non-transactional pipeline (one connection, one round
+        trip), run in the order given, then ``WAIT`` when ``ack`` asks for replicas (it
+        counts every write of that connection). A call that failed raises after the
+        pipeline, the others having run; ``NOSCRIPT`` loads the script and sends the
+        calls that met it again. A cluster refuses scripts in a pipeline: there each call
+        goes on its own, all at once, through :meth:`__call__`.
+        """
+        if len(calls) == 1:
+            return [await self(*calls[0], ack=ack)]
+        if isinstance(self._owner._client, RedisCluster):
+            return list(await asyncio.gather(*(self(k, a, ack=ack) for k, a in calls)))
+        if tracing.on:
+            with tracing.script_span(self._name):
+                return await self._pipelined(calls, ack)
+        return await self._pipelined(calls, ack)
+
+    async def _pipelined(
+        self, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]], ack: tuple[int, float]
+    ) -> list[Any]:
+        replies: list[Any] = [NoScriptError()] * len(calls)
+        timeout_ms = max(1, int(ack[1] * 1000))
+        for _ in range(2):
+            todo = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+            async with self._owner._client.pipeline(transaction=False) as pipe:
+                for i in todo:
+                    keys = [*calls[i][0], guard_key(str(calls[i][0][0]))]
+                    pipe.evalsha(self.sha, len(keys), *keys, *calls[i][1])
+                if ack[0] > 0:
+                    pipe.execute_command("WAIT", ack[0], timeout_ms)
+                got = await pipe.execute(raise_on_error=False)
+            for i, reply in zip(todo, got, strict=False):
+                replies[i] = reply
+            ran = any(not isinstance(replies[i], NoScriptError) for i in todo)
+            if ack[0] > 0 and ran:
+                _acked(self._owner, ack[0], got[-1], timeout_ms)
+            if not any(isinstance(r, NoScriptError) for r in replies):
+                break
+            await self._reload()
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return replies
+
     async def _undecoded(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """``EVALSHA`` with the reply left as bytes (redis-py's ``NEVER_DECODE``), loading
         the script on ``NOSCRIPT`` as ``register_script`` does."""
@@ -195,13 +244,18 @@ class _Call:
                 continue
             if isinstance(reply, BaseException):
                 raise reply
-            if isinstance(acked, BaseException):
-                raise acked
-            if int(acked) < replicas:
-                self._owner.replication_timeouts += 1
-                raise ReplicationTimeout(replicas, int(acked), timeout_ms)
+            _acked(self._owner, replicas, acked, timeout_ms)
             return reply
         raise NoScriptError(f"script {self._name} could not be loaded")
+
+
+def _acked(owner: Scripts, replicas: int, acked: Any, timeout_ms: int) -> None:
+    """Raise unless ``WAIT``'s reply ``acked`` counts ``replicas`` replicas."""
+    if isinstance(acked, BaseException):
+        raise acked
+    if int(acked) < replicas:
+        owner.replication_timeouts += 1
+        raise ReplicationTimeout(replicas, int(acked), timeout_ms)
 
 
 class Scripts:

@@ -29,7 +29,25 @@ class Transitions(StoreBase):
 
     # ------------------------------------------------------------------ publish
 
-    async def publish(
+    async def publish(self, **write: Any) -> str | None:
+        """Store an event with its deliveries in one script (``publish.lua``); ``write``:
+        the keyword arguments of :meth:`_publish_call`.
+
+        When the idempotency key is already taken nothing is written and the stored
+        value is returned instead of None."""
+        (taken,) = await self.publish_many([write])
+        return taken
+
+    async def publish_many(self, writes: Sequence[dict[str, Any]]) -> list[str | None]:
+        """Several :meth:`publish` calls at once, in the order given (one pipeline on one
+        Redis, then one ``WAIT`` for them all); one reply each, as :meth:`publish`'s."""
+        calls = [self._publish_call(**write) for write in writes]
+        # Confirmed by RELAY_ACK_REPLICAS replicas (WAIT), on the hit path too: the script
+        # then touches the key, so the WAIT covers the first answer's write as well.
+        replies = await self.scripts.publish.many(calls, ack=self._ack)
+        return [None if int(res[0]) == 1 else res[1] for res in replies]
+
+    def _publish_call(
         self,
         *,
         shard: int,
@@ -44,13 +62,13 @@ class Transitions(StoreBase):
         lanes: Sequence[tuple[str, str]] | None = None,
         trace: str = "",
         deliver_at_ms: int | None = None,
-    ) -> str | None:
-        """Store an event with its deliveries in one script (``publish.lua``).
+    ) -> tuple[list[Any], list[Any]]:
+        """The KEYS and ARGV of ``publish.lua`` for one event with its deliveries.
 
         ``filtered``: endpoints left out because their filter erred, kept on the event.
 
-        ``idempotency`` is ``(key, value)``; when the key is already taken nothing is
-        written and the stored value is returned instead of None. ``lanes``: per
+        ``idempotency`` is ``(key, value)``: the value stored under the key when the
+        script takes it. ``lanes``: per
         delivery, its ordered lane ("" for none) and ``"skip"`` or ``"block"``.
         ``trace``: the publish span's context (:func:`relay.tracing.carrier`), stored as
         the event's ``tp``; "" with tracing off. ``deliver_at_ms``: when the deliveries
@@ -96,10 +114,7 @@ class Transitions(StoreBase):
         args.append(sk.lane_prefix if lanes else "")
         for lane, on_dead in lanes or ():
             args += [lane, on_dead]
-        # Confirmed by RELAY_ACK_REPLICAS replicas (WAIT), on the hit path too: the script
-        # then touches the key, so the WAIT covers the first answer's write as well.
-        res = await self.scripts.publish(keys=keys, args=args, ack=self._ack)
-        return None if int(res[0]) == 1 else res[1]
+        return keys, args
 
     # ------------------------------------------------------------------ worker transitions
 

@@ -223,7 +223,8 @@ def test_the_rule_catches_a_key_fragment() -> None:
 
 
 def script_callers() -> dict[str, list[tuple[str, str]]]:
-    """Script name -> every (file, enclosing function) calling ``<x>.scripts.<name>(...)``."""
+    """Script name -> every (file, enclosing function) calling ``<x>.scripts.<name>(...)``
+    or ``<x>.scripts.<name>.many(...)``."""
     found: dict[str, list[tuple[str, str]]] = {}
     for path in sorted((ROOT / "relay").rglob("*.py")):
         tree = ast.parse(path.read_text())
@@ -231,6 +232,12 @@ def script_callers() -> dict[str, list[tuple[str, str]]]:
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "many"
+                ):
+                    node = ast.Call(node.func.value, [], [])  # its script's name
                 if (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)

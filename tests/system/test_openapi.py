@@ -387,6 +387,14 @@ async def test_every_documented_answer_matches(
     await check("POST", "/v1/events", 400, data=b"nope", headers=json_type())
     await check("POST", "/v1/events", 422, json={"payload": 1})
     await check("POST", "/v1/events", 401, json=event, session=anon)
+    batch = "/v1/events/batch"
+    items = [{**event, "idempotency_key": "k1"}, {"payload": 1, "idempotency_key": "k2"}]
+    answers = await check("POST", batch, 200, json={"events": items})
+    assert [r["status"] for r in answers["results"]] == [200, 422], answers
+    await check("POST", batch, 400, data=b"nope", headers=json_type())
+    await check("POST", batch, 413, data=big, headers=json_type())
+    await check("POST", batch, 422, json={"events": []})
+    await check("POST", batch, 401, json={"events": items}, session=anon)
     await Worker(store, store.settings).run(asyncio.Event(), burst=True)
     by_ep = {d["endpoint_id"]: d["id"] for d in first["deliveries"]}
     succeeded, dead = by_ep[ok["id"]], by_ep[gone["id"]]
@@ -528,7 +536,8 @@ async def test_every_documented_answer_matches(
                 continue
             concrete = path.replace("{id}", UNKNOWN_EP).replace("{app}", "default")
             concrete = concrete.replace("{name}", "no.such.type")
-            key = reader if (method, path) == ("post", "/v1/events") else as_pub
+            publishes = method == "post" and path in ("/v1/events", "/v1/events/batch")
+            key = reader if publishes else as_pub
             await check(method.upper(), path, 403, path=concrete, headers=key)
             await limited_check(method.upper(), path, 429, path=concrete, headers=auth(slow))
     check.seen |= limited_check.seen
@@ -630,6 +639,12 @@ async def replication_unconfirmed(
         ("DELETE", "/v1/endpoints/{id}", f"/v1/endpoints/{spare}", {}),
         ("POST", "/v1/endpoints", "/v1/endpoints", {"json": {"url": "http://127.0.0.1:9/x"}}),
         ("POST", "/v1/events", "/v1/events", {"json": event, "headers": {"Idempotency-Key": "u"}}),
+        (
+            "POST",
+            "/v1/events/batch",
+            "/v1/events/batch",
+            {"json": {"events": [{**event, "idempotency_key": f"u{i}"} for i in range(3)]}},
+        ),
         # the event type catalog: event_type_answers left "spare.type" behind
         ("POST", "/v1/event-types", "/v1/event-types", {"json": {"name": "another.type"}}),
         ("PATCH", "/v1/event-types/{name}", "/v1/event-types/spare.type", {"json": {}}),

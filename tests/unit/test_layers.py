@@ -22,6 +22,7 @@ RANK = {
     "endpoints": 2,
     "sandbox": 2,
     "publishing": 3,
+    "publish_errors": 2.5,  # the refusals publishing raises; below it, above sandbox
     "ops": 3,
     "delivery": 4,
     "connectors": 4,

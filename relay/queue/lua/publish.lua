@@ -1,5 +1,5 @@
 -- publish.lua: store one event, its deliveries and their queue entries, all or nothing.
--- Called by Store.publish (relay/queue/transitions.py), which builds these from keys.py.
+-- Called by Store.publish_many (relay/queue/transitions.py), which builds these from keys.py.
 -- Design notes (which deliveries get a hash, ordered lanes): docs/design/lua.md.
 --
 -- KEYS[1]  idempotency key (string)    ShardKeys.idempotency(app, key); only touched when
