@@ -1,7 +1,8 @@
 """The consumer portal: static files under ``/portal/`` that a SaaS embeds for its customers.
 
-The page (``relay/ui/portal.*``, beside the dashboard's files, sharing ``kit.js`` and the
-endpoint form ``epform.js``) is plain HTML, CSS and JavaScript: no build step, nothing
+The page (``relay/ui/portal*``, beside the dashboard's files, sharing ``kit.js``, the
+endpoint form ``epform.js`` and the other shared modules) is plain HTML, CSS and JavaScript
+ES modules: no build step, nothing
 from another origin. It reads its bearer token from the URL fragment (``#token=...``,
 which browsers never send to a server), removes it from the address bar at once, keeps
 it in memory and in ``sessionStorage``, and calls the ordinary ``/v1`` routes with it;
@@ -21,16 +22,8 @@ from importlib import resources
 from aiohttp import web
 
 from relay.api.common import SETTINGS, page
+from relay.api.ui import ui_file_kind
 from relay.settings import Settings
-
-STATIC = {
-    "portal.html": "text/html",
-    "portal.js": "text/javascript",
-    "portal.css": "text/css",
-    "kit.js": "text/javascript",
-    "epform.js": "text/javascript",
-    "app.css": "text/css",
-}
 
 
 def security_headers(settings: Settings) -> dict[str, str]:
@@ -51,9 +44,9 @@ def security_headers(settings: Settings) -> dict[str, str]:
     return headers
 
 
-async def _static(request: web.Request, name: str) -> web.Response:
+async def _static(request: web.Request, name: str, kind: str) -> web.Response:
     data = resources.files("relay").joinpath("ui", name).read_bytes()
-    resp = web.Response(body=data, content_type=STATIC[name], charset="utf-8")
+    resp = web.Response(body=data, content_type=kind, charset="utf-8")
     resp.headers.update(security_headers(request.app[SETTINGS]))
     return resp
 
@@ -66,29 +59,13 @@ async def portal_redirect(request: web.Request) -> web.Response:
 
 @page("/portal/")
 async def portal_index(request: web.Request) -> web.Response:
-    return await _static(request, "portal.html")
+    return await _static(request, "portal.html", "text/html")
 
 
-@page("/portal/portal.js")
-async def portal_script(request: web.Request) -> web.Response:
-    return await _static(request, "portal.js")
-
-
-@page("/portal/portal.css")
-async def portal_style(request: web.Request) -> web.Response:
-    return await _static(request, "portal.css")
-
-
-@page("/portal/kit.js")
-async def portal_kit(request: web.Request) -> web.Response:
-    return await _static(request, "kit.js")
-
-
-@page("/portal/epform.js")
-async def portal_epform(request: web.Request) -> web.Response:
-    return await _static(request, "epform.js")
-
-
-@page("/portal/app.css")
-async def portal_base_style(request: web.Request) -> web.Response:
-    return await _static(request, "app.css")
+@page("/portal/{file}")
+async def portal_file(request: web.Request) -> web.Response:
+    name = request.match_info["file"]
+    kind = ui_file_kind(name, "portal")
+    if kind is None:
+        raise web.HTTPNotFound()
+    return await _static(request, name, kind)

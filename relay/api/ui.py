@@ -41,13 +41,7 @@ MINUTES = 30
 SAMPLE = 200  # newest deliveries per endpoint behind its success rate
 PROCESSING_CAP = 5000
 
-STATIC = {
-    "index.html": "text/html",
-    "app.js": "text/javascript",
-    "kit.js": "text/javascript",
-    "epform.js": "text/javascript",
-    "app.css": "text/css",
-}
+KINDS = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 # The page needs nothing but itself: no inline script, no other origin.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -121,9 +115,27 @@ class EndpointHealthList(BaseModel):
 # ---------------------------------------------------------------------- static files
 
 
+def ui_file_kind(name: str, side: str) -> str | None:
+    """The content type of ``relay/ui/<name>`` when ``side`` (``dash`` or ``portal``)
+    serves it, else None.
+
+    The files are flat ES modules named by side: ``portal*`` the portal's, ``app.*``,
+    ``dash-*`` and ``index.html`` the dashboard's, every other ``.js``/``.css`` shared
+    (``kit.js``, ``api.js``, ...). Pages are served at their folder, not by name.
+    """
+    kind = KINDS.get(name[name.rfind(".") :]) if "." in name else None
+    if kind is None or kind == "text/html" or "/" in name:
+        return None
+    portal = name.startswith("portal")
+    dash = name.startswith(("app.", "dash-")) and name != "app.css"
+    if (side == "dash" and portal) or (side == "portal" and dash):
+        return None
+    return kind if resources.files("relay").joinpath("ui", name).is_file() else None
+
+
 async def _static(name: str) -> web.Response:
     data = resources.files("relay").joinpath("ui", name).read_bytes()
-    resp = web.Response(body=data, content_type=STATIC[name], charset="utf-8")
+    resp = web.Response(body=data, content_type=KINDS[name[name.rfind(".") :]], charset="utf-8")
     resp.headers.update(SECURITY_HEADERS)
     return resp
 
@@ -141,7 +153,7 @@ async def ui_index(request: web.Request) -> web.Response:
 @page("/ui/{file}")
 async def ui_file(request: web.Request) -> web.Response:
     name = request.match_info["file"]
-    if name == "index.html" or name not in STATIC:
+    if ui_file_kind(name, "dash") is None:
         raise web.HTTPNotFound()
     return await _static(name)
 
