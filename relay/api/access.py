@@ -54,6 +54,7 @@ RULES: dict[str, Rule] = {
     "POST /v1/endpoints/{id}/recover": Rule("manage", "endpoint"),
     "POST /v1/endpoints/{id}/test": Rule("manage", "endpoint"),
     "POST /v1/events": PUBLISH,
+    "GET /v1/events": READ,
     "GET /v1/events/{id}": Rule("read", "event"),
     "GET /v1/deliveries": READ,
     "GET /v1/deliveries/{id}": Rule("read", "delivery"),

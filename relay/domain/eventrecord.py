@@ -2,8 +2,9 @@
 
 ``<header JSON>\\n<stored>``. The header holds what relay needs besides the payload:
 ``type``, ``app``, ``max_attempts`` (the attempt budget of its deliveries), the deliveries
-as ``d``, and when there are any, ``filtered``, the trace context ``tp``, ``z`` and
-``raw``. The payload is stored once per event whatever its fan-out.
+as ``d``, and when there are any, ``filtered``, the trace context ``tp``, the
+``Idempotency-Key`` it was published with ``ik``, ``z`` and ``raw``. The payload is stored
+once per event whatever its fan-out.
 
 ``d`` lists one entry per delivery, in order: an endpoint id, for a delivery whose id
 derives from the event's (:func:`relay.domain.ids.delivery_id`, everything layout v3
@@ -51,6 +52,7 @@ def pack(
     body: bytes,
     filtered: Sequence[dict[str, str]] = (),
     trace: str = "",
+    idempotency_key: str = "",
 ) -> bytes:
     """The stored value of an event whose body (as sent) is ``body``. A delivery whose id
     derives from ``event_id`` is listed by its endpoint id alone."""
@@ -69,6 +71,8 @@ def pack(
         header["filtered"] = list(filtered)
     if trace:
         header["tp"] = trace
+    if idempotency_key:
+        header["ik"] = idempotency_key
     head = signing.body_head(event_id, event_type, created_ms)
     if body.startswith(head) and body.endswith(b"}"):
         stored = body[len(head) : -1]  # the payload: the body is made again from it

@@ -32,6 +32,7 @@ key                                        type    holds
 ``relay:v3:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request but a1
 ``relay:v3:{s0}:evt:<event_id>``           string  event: header line (JSON), body (maybe zlib)
 ``relay:v3:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
+``relay:v3:{s0}:ik:<key>``                 zset    events published with that Idempotency-Key
 ``relay:v3:{s0}:stats``                    hash    shard counters (reclaimed)
 ``relay:v3:{s0}:wake``                     pubsub  "work became due earlier than you thought"
 ``relay:v3:{s0}:ops``                      list    ops outbox: delivery.dead summaries
@@ -179,6 +180,12 @@ class ShardKeys:
 
     def idempotency(self, app: str, key: str) -> str:
         return f"{self.base}idem:{app}:{key}"
+
+    def idempotency_index(self, key: str) -> str:
+        """Events published with the ``Idempotency-Key`` ``key`` (any app), score = created
+        (ms): the lookup by key. It expires ``RELAY_RETENTION`` after its last event, and
+        outlives the idempotency record (``RELAY_IDEMPOTENCY_TTL``)."""
+        return f"{self.base}ik:{key}"
 
     # Operational events (relay.connectors.opsevents): an outbox per hash tag, written
     # by the script that makes the transition, and the shard's dead-letter tallies.

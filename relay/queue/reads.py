@@ -169,6 +169,7 @@ class Reads(StoreBase):
         }
         if "filtered" in header:  # endpoints whose filter erred on it (relay.domain.filters)
             event["filtered"] = header["filtered"]
+        event["idempotency_key"] = header.get("ik")  # the Idempotency-Key it came with
         return event
 
     async def endpoint_known(self, endpoint_id: str) -> bool:

@@ -9,6 +9,7 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.transitions`: publish, claim, record, extend, release, reclaim,
   hold, resume, replay, expire;
 * :mod:`relay.queue.reads`: deliveries, events, listings, stats and counts;
+* :mod:`relay.queue.eventlist`: events as listed and searched (``GET /v1/events``);
 * :mod:`relay.queue.endpoints`: endpoint records and their shared health state
   (admit, settle, breakers);
 * :mod:`relay.queue.eventtypes`: the event type catalog;
@@ -29,6 +30,7 @@ from relay.queue.auth import AuthRecords
 from relay.queue.base import StoreBase, connect
 from relay.queue.dashboard import Dashboard
 from relay.queue.endpoints import EndpointRecords
+from relay.queue.eventlist import EventFilter, EventListing
 from relay.queue.eventtypes import EventTypeRecords
 from relay.queue.facts import ServerFacts
 from relay.queue.migrate import Migrated, Migration
@@ -51,6 +53,7 @@ __all__ = [
     "Admission",
     "ClaimResult",
     "Claimed",
+    "EventFilter",
     "JobWrite",
     "Migrated",
     "Outcome",
@@ -68,6 +71,7 @@ __all__ = [
 class Store(
     Transitions,
     Dashboard,  # before Reads, whose subclass it is (it reads headers as Reads does)
+    EventListing,  # so is this one
     Reads,
     EndpointRecords,
     EventTypeRecords,

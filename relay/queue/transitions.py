@@ -77,6 +77,7 @@ class Transitions(StoreBase):
                 body=body,
                 filtered=filtered,
                 trace=trace,
+                idempotency_key=idempotency[0] if idempotency else "",
             ),
             created_ms,
             sk.wake,
@@ -89,6 +90,7 @@ class Transitions(StoreBase):
             derived = ids.is_delivery_of(delivery_id, event_id, i)
             args += [delivery_id, endpoint_id, "" if derived else "1"]
         keys.append(sk.queued)
+        keys.append(sk.idempotency_index(idempotency[0]) if idempotency else event_key)
         args.append(sk.lane_prefix if lanes else "")
         for lane, on_dead in lanes or ():
             args += [lane, on_dead]

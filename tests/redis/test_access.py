@@ -81,6 +81,7 @@ TABLE = [
     R("POST /v1/endpoints/{id}/recover", "endpoint!", f"202 403 403 202 202 404 {NO}"),
     R("POST /v1/endpoints/{id}/test", "endpoint", f"201 403 403 201 201 404 {NO}"),
     R("POST /v1/events", "", f"201 201 403 403 403 201 {NO}", {"type": "t.x", "payload": 1}),
+    R("GET /v1/events", "", f"200 403 200 200 200 200 {NO}"),
     R("GET /v1/events/{id}", "event", f"200 403 200 200 200 404 {NO}"),
     R("GET /v1/deliveries", "", f"200 403 200 200 200 200 {NO}"),
     R("GET /v1/deliveries/{id}", "delivery", f"200 403 200 200 200 404 {NO}"),

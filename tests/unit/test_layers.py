@@ -22,6 +22,7 @@ RANK = {
     "endpoints": 2,
     "sandbox": 2,
     "publishing": 3,
+    "eventsearch": 3,
     "ops": 3,
     "delivery": 4,
     "connectors": 4,
