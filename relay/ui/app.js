@@ -14,9 +14,10 @@ import { loadEndpoints, renderEndpoints, editEndpoint } from "./dash-endpoints.j
 import { loadReplays, replayRange } from "./dash-replays.js";
 import { loadTypes } from "./dash-types.js";
 import { loadEvent, find } from "./dash-event.js";
+import { loadEvents, wireEvents, fillEventEndpoints, eventsLive } from "./dash-events.js";
 
 const POLL_MS = 2500;
-const VIEWS = ["deliveries", "endpoints", "types", "event"];
+const VIEWS = ["deliveries", "events", "endpoints", "types", "event"];
 
 // ------------------------------------------------------------------ sign in / out
 
@@ -71,6 +72,10 @@ async function refresh() {
     jobs.push(loadEndpoints().then(() => {
       if (state.view === "deliveries" && state.cursors.length === 1) return loadDeliveries();
       if (state.view === "event") return loadEvent();
+      if (state.view === "events") {
+        fillEventEndpoints();
+        return eventsLive() ? loadEvents() : null;
+      }
       return null;
     }));
     if (state.drawerId) jobs.push(loadDrawer());
@@ -135,6 +140,7 @@ function start() {
 // ------------------------------------------------------------------ wiring
 
 function wire() {
+  wireEvents();
   $("signin-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const token = $("token").value.trim();

@@ -4,8 +4,10 @@
 import { el, changed, coarse, num, ago, iso, badge } from "./kit.js";
 import { $, state, api, ApiError, hooks, toast, handleError, endpointLabel } from "./dash-ctx.js";
 import { payloadBlock } from "./payload.js";
+import { findEvent } from "./eventlist.js";
 import { attemptRows, sentHeaderRows } from "./attempts.js";
 import { lastResult, replay } from "./dash-deliveries.js";
+import { editEndpoint } from "./dash-endpoints.js";
 
 const stamp = (ms) => (ms ? `${iso(ms)} · ${ago(ms)}` : "—");
 
@@ -23,6 +25,7 @@ export async function loadEvent() {
 }
 
 function deliveryCard(d) {
+  const ep = state.endpoints.get(d.endpoint_id);
   const log = d.attempt_log || [];
   const canReplay = d.status === "dead" || d.status === "succeeded";
   return el("article", { class: "ev-delivery", dataset: { id: d.id, status: d.status }, tabindex: -1 },
@@ -32,7 +35,8 @@ function deliveryCard(d) {
       el("span", { class: "mono muted small" }, d.id),
       el("span", { class: "muted small" }, `${d.attempts} of ${d.max_attempts} attempts · `, lastResult(d)),
       el("span", { class: "spacer" }),
-      el("a", { class: "btn small ghost", href: `#/endpoint/${encodeURIComponent(d.endpoint_id)}` }, "Endpoint"),
+      ep ? el("button", { type: "button", class: "btn small", title: "Fix the endpoint (its URL, types, limits)",
+        onclick: () => editEndpoint(ep).catch(handleError) }, "Edit endpoint") : null,
       canReplay ? el("button", { type: "button", class: "btn small primary", title: "Send it again with a fresh attempt budget",
         onclick: (e) => replay(d.id, e.currentTarget) }, d.status === "succeeded" ? "Send again" : "Replay") : null),
     log.length
@@ -61,7 +65,7 @@ function renderEvent(id, ev) {
   ];
   if (ev.filtered && ev.filtered.length) facts.push(["Left out", `${ev.filtered.length} endpoint(s) whose filter erred on it`]);
   const headers = (deliveries.find((d) => d.headers_sent) || {}).headers_sent;
-  $("ev-body").replaceChildren(
+  $("ev-body").replaceChildren(...[
     el("dl", { class: "summary" }, facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
     el("h3", {}, "Payload"),
     payloadBlock(ev.payload, `Payload of ${id}`),
@@ -69,7 +73,7 @@ function renderEvent(id, ev) {
       el("table", { class: "grid compact headers", id: "ev-headers" }, el("tbody", {}, sentHeaderRows(headers)))] : null,
     el("h3", {}, "Deliveries"),
     deliveries.length ? deliveries.map(deliveryCard) : el("p", { class: "empty" }, "No endpoint subscribed to it."),
-  );
+  ].flat(2).filter(Boolean));
   if (state.focusDelivery) {
     const card = $("ev-body").querySelector(`.ev-delivery[data-id="${CSS.escape(state.focusDelivery)}"]`);
     state.focusDelivery = null;
@@ -83,24 +87,12 @@ function renderEvent(id, ev) {
 
 /** The search box: an event id, a delivery id or an Idempotency-Key, to its event page. */
 export async function find(raw) {
-  const q = raw.trim();
-  if (!q) return;
   try {
-    if (q.startsWith("evt_")) return hooks.setView("event", q);
-    if (q.startsWith("dlv_")) {
-      const d = await api("GET", `v1/deliveries/${encodeURIComponent(q)}`);
-      state.focusDelivery = d.id;
-      return hooks.setView("event", d.event_id);
-    }
-    // A short page may come with a cursor (the API's rule): follow it a few times.
-    let page = { next_cursor: "" };
-    for (let i = 0; i < 5 && page.next_cursor !== null; i++) {
-      page = await api("GET", "v1/events", { idempotency_key: q, limit: 1, cursor: page.next_cursor });
-      if (page.data.length) return hooks.setView("event", page.data[0].id);
-    }
-    toast(`No event has the id or Idempotency-Key ${q}`, true);
+    const found = await findEvent(api, raw);
+    if (!found) return toast(`No event has the id or Idempotency-Key ${raw.trim()}`, true);
+    state.focusDelivery = found.delivery;
+    hooks.setView("event", found.event);
   } catch (e) {
-    if (e instanceof ApiError && e.status === 404) toast(`Nothing found for ${q}`, true);
-    else handleError(e);
+    handleError(e);
   }
 }

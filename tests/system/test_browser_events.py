@@ -1,0 +1,149 @@
+"""The operator's "what happened to my webhook?" in the dashboard, in a real Chromium
+against the real API, Redis and a worker: find a failing event by its Idempotency-Key,
+read the receiver's whole answer, fix the endpoint and replay, at most three clicks a
+step; the events list with its filters, by keyboard. One Chromium for the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from relay.delivery.worker import Worker
+from tests.helpers.browser import SHOTS, context, watch
+
+pytestmark = pytest.mark.realredis
+
+KEY = "order-1001-paid"
+# Longer than the 160 characters the attempt view used to show, within the body cap.
+ANSWER = "upstream rejected the order: " + "field customer.tax_id is missing; " * 10
+MAX_CLICKS = 3
+
+
+class Clicks:
+    """Counts the clicks of each step of a journey."""
+
+    def __init__(self) -> None:
+        self.per_step: Counter[str] = Counter()
+
+    async def __call__(self, step: str, locator: Any) -> None:
+        self.per_step[step] += 1
+        await locator.click()
+
+
+async def sign_in(page: Any, url: str) -> None:
+    await page.goto(url + "/ui/")
+    await page.fill("#token", "test-token")
+    await page.keyboard.press("Enter")
+
+
+async def test_operator_finds_reads_fixes_and_replays(
+    make_store: Any, make_api: Any, receiver: Any, cdp: str
+) -> None:
+    from playwright.async_api import expect
+
+    store = await make_store(retry_schedule=(0.05, 0.05), breaker_threshold=100)
+    api = await make_api(store)
+    receiver.responses["/shop"] = lambda r: web.Response(
+        status=500,
+        text=ANSWER,
+        headers={"X-Request-Id": "req-42", "Set-Cookie": "sid=receiver-session"},
+    )
+    async with api(
+        "POST", "/v1/endpoints", json={"url": receiver.url + "/shop", "app": "shop"}
+    ) as r:
+        ep = await r.json()
+    async with api("POST", "/v1/endpoints", json={"url": receiver.url + "/b", "app": "b"}):
+        pass
+    for i in range(3):  # other events, newer than the failing one
+        async with api("POST", "/v1/events", json={"type": "ping", "app": "b", "payload": i}):
+            pass
+    async with api(
+        "POST",
+        "/v1/events",
+        json={"type": "order.paid", "app": "shop", "payload": {"order": 1001, "total": 4200}},
+        headers={"Idempotency-Key": KEY},
+    ) as r:
+        event = await r.json()
+    (dlv,) = event["deliveries"]
+    stop = asyncio.Event()
+    worker = asyncio.create_task(Worker(store, store.settings).run(stop))
+    clicks = Clicks()
+    try:
+        d = None
+        for _ in range(300):
+            d = await store.get_delivery(dlv["id"])
+            if d and d["status"] == "dead":
+                break
+            await asyncio.sleep(0.05)
+        assert d is not None and d["status"] == "dead"
+        async with context(cdp, viewport={"width": 1366, "height": 900}) as ctx:
+            page = await ctx.new_page()
+            seen = watch(page)
+            await sign_in(page, api.url)
+            await expect(page.locator("#app")).to_be_visible()
+
+            # 1. Find it by its Idempotency-Key: "/" to the search box, type, Enter.
+            await page.keyboard.press("/")
+            await page.keyboard.type(KEY)
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#ev-id")).to_have_text(event["id"])
+            body = page.locator("#ev-body")
+            await expect(body).to_contain_text(KEY)
+            await expect(body.locator("pre.payload")).to_contain_text('"order": 1001')
+            await expect(page.locator("#ev-headers")).to_contain_text("webhook-id")
+
+            # 2. The receiver's answer, whole, and its headers (a cookie never shown).
+            card = body.locator(f'.ev-delivery[data-id="{dlv["id"]}"]')
+            await expect(card).to_have_attribute("data-status", "dead")
+            answers = card.locator("pre.answer")
+            await expect(answers).to_have_count(3)
+            assert (await answers.last.text_content()) == ANSWER
+            await clicks("read", card.locator(".answer-headers summary").last)
+            await expect(
+                card.locator('.answer-headers tr[data-header="x-request-id"]').last
+            ).to_contain_text("req-42")
+            assert "receiver-session" not in await page.content()
+            await page.screenshot(path=str(SHOTS / "event.png"), full_page=True)
+
+            # 3. Fix the endpoint from the event page.
+            await clicks("fix", card.get_by_role("button", name="Edit endpoint"))
+            await (
+                page.locator("dialog")
+                .get_by_label("URL", exact=True)
+                .fill(receiver.url + "/shop-v2")
+            )
+            await clicks("fix", page.locator("dialog button[type=submit]"))
+            await expect(page.locator("dialog")).to_have_count(0)
+            assert (await store.get_endpoint(ep["id"]) or {})["url"] == receiver.url + "/shop-v2"
+
+            # 4. Replay: it succeeds at the fixed address.
+            await clicks("replay", card.get_by_role("button", name="Replay"))
+            await expect(card).to_have_attribute("data-status", "succeeded")
+            await receiver.wait_for(1, path="/shop-v2")
+            assert all(n <= MAX_CLICKS for n in clicks.per_step.values()), clicks.per_step
+
+            # The events list: newest first, filters, a row opened from the keyboard.
+            await page.click('.tabs a[data-view="events"]')
+            rows = page.locator("#events tbody tr")
+            await expect(rows).to_have_count(4)
+            assert (await rows.first.get_attribute("data-id")) == event["id"]
+            await page.fill("#e-app", "b")
+            await expect(rows).to_have_count(3)
+            await page.fill("#e-app", "")
+            await page.select_option("#e-status", "succeeded")
+            await expect(rows).to_have_count(4)
+            await page.select_option("#e-endpoint", ep["id"])
+            await expect(rows).to_have_count(1)
+            await page.screenshot(path=str(SHOTS / "events.png"))
+            await rows.first.focus()
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#ev-id")).to_have_text(event["id"])
+            assert seen["errors"] == []
+    finally:
+        stop.set()
+        await worker
