@@ -8,8 +8,8 @@ function answerHeaders(headers) {
   if (!names.length) return null;
   return el("details", { class: "answer-headers" },
     el("summary", {}, `Answer headers (${names.length})`),
-    el("table", { class: "grid compact headers" }, el("tbody", {},
-      names.map((n) => el("tr", { dataset: { header: n } }, el("td", { class: "mono" }, n), el("td", { class: "mono" }, headers[n]))))));
+    el("dl", { class: "answer-list" },
+      names.flatMap((n) => [el("dt", { class: "mono", dataset: { header: n } }, n), el("dd", { class: "mono", dataset: { header: n } }, headers[n])])));
 }
 
 /** The result cell: the status or error, where it led, the answer's body and headers. */

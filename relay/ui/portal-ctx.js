@@ -48,6 +48,8 @@ export function reset(session) {
     rows: [],
     detail: null,
     event: null, // the open delivery's event (its payload)
+    eventId: null, // the event shown in the event panel
+    focusDelivery: null,
     gone: false,
   });
 }

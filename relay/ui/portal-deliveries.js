@@ -1,6 +1,6 @@
 // The portal's deliveries: the list (status and time in their own columns), and one
 // delivery with its event's payload and every attempt with the receiver's answer.
-import { el, changed, coarse, ago, iso, badge } from "./kit.js";
+import { el, changed, coarse, now, ago, iso, badge } from "./kit.js";
 import { $, state, api, hooks, toast, fail, label } from "./portal-ctx.js";
 import { payloadBlock } from "./payload.js";
 import { attemptRows } from "./attempts.js";
@@ -37,7 +37,8 @@ function moment(d) {
 function when(d) {
   const [what, at] = moment(d);
   if (d.status === "held" || d.status === "delivering") return reason(d);
-  return what === "Next try" ? `next try ${ago(at)}` : ago(at);
+  if (what !== "Next try") return ago(at);
+  return at && at > now() ? `next try ${ago(at)}` : "due now";
 }
 function result(d) {
   if (d.last_status_code) return el("span", { class: d.last_status_code < 300 ? "" : "err-text" }, `HTTP ${d.last_status_code}`);

@@ -5,6 +5,7 @@
 import { $, state, api, hooks, reset, takeToken, forget, Gone, toast, fail } from "./portal-ctx.js";
 import { loadEndpoints, loadTypes, editEndpoint } from "./portal-endpoints.js";
 import { loadDeliveries, loadDetail, renderDeliveries, applyFilter, replay } from "./portal-deliveries.js";
+import { loadEvents, loadEvent, wireEvents, closeEvent } from "./portal-events.js";
 
 const POLL_MS = 3000;
 let timer = null;
@@ -31,7 +32,7 @@ async function refresh() {
   const mine = generation;
   try {
     await loadEndpoints();
-    if (mine === generation) await Promise.all([loadDeliveries(false), loadDetail()]);
+    if (mine === generation) await Promise.all([loadEvents(), loadEvent(), loadDeliveries(false), loadDetail()]);
   } catch (e) {
     if (mine === generation) fail(e);
   } finally {
@@ -54,6 +55,7 @@ function closeDetail() {
 }
 
 function wire() {
+  wireEvents();
   $("p-new").addEventListener("click", () => editEndpoint(null));
   $("p-f-endpoint").addEventListener("change", applyFilter);
   $("p-f-status").addEventListener("change", applyFilter);
@@ -63,7 +65,9 @@ function wire() {
   $("p-d-close").addEventListener("click", closeDetail);
   $("p-d-replay").addEventListener("click", () => state.detail && replay(state.detail.id));
   document.addEventListener("keydown", (e) => {
-    if (e.key === "Escape" && state.detail && !e.target.closest("dialog")) closeDetail();
+    if (e.key !== "Escape" || e.target.closest("dialog")) return;
+    if (state.detail) closeDetail();
+    else if (state.eventId) closeEvent();
   });
   // Another link opened in this tab: its session replaces this one.
   window.addEventListener("hashchange", () => {
@@ -81,8 +85,8 @@ async function start() {
   if (!state.token) return showGone(false);
   $("gone").hidden = true;
   $("p-detail").hidden = true;
-  $("p-f-endpoint").value = "";
-  $("p-f-status").value = "";
+  $("p-event").hidden = true;
+  for (const f of ["p-filters", "p-e-filters", "p-search"]) $(f).reset();
   try {
     await loadEndpoints(); // the first call proves the token, or shows the expired page
   } catch (e) {

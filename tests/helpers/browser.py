@@ -100,11 +100,22 @@ async def context(cdp_url: str, **options: Any) -> AsyncIterator[Any]:
             await browser.close()  # only the connection: the module's Chromium goes on
 
 
+def _console_error(errors: list[Any], message: Any) -> None:
+    # Chromium logs every non-2xx answer as an error: an API refusal (401 of an expired
+    # session, 404 of another app's event) is the page's to handle, not an error of it,
+    # and neither is the browser's own request for a favicon. A page file that fails to
+    # load (a module, a style sheet) counts.
+    url = message.location.get("url", "")
+    if message.type != "error" or "/v1/" in url or url.endswith("/favicon.ico"):
+        return
+    errors.append(f"{message.text} ({url})")
+
+
 def watch(page: Any) -> dict[str, list[Any]]:
     """Uncaught page errors and console errors (a CSP refusal is one), and every
     request's URL and Referer, for the token checks."""
     seen: dict[str, list[Any]] = {"errors": [], "requests": []}
     page.on("pageerror", lambda e: seen["errors"].append(e))
-    page.on("console", lambda m: m.type == "error" and seen["errors"].append(m.text))
+    page.on("console", lambda m: _console_error(seen["errors"], m))
     page.on("request", lambda r: seen["requests"].append((r.url, r.headers.get("referer"))))
     return seen

@@ -105,7 +105,7 @@ async def test_operator_finds_reads_fixes_and_replays(
             assert (await answers.last.text_content()) == ANSWER
             await clicks("read", card.locator(".answer-headers summary").last)
             await expect(
-                card.locator('.answer-headers tr[data-header="x-request-id"]').last
+                card.locator('.answer-headers dd[data-header="x-request-id"]').last
             ).to_contain_text("req-42")
             assert "receiver-session" not in await page.content()
             await page.screenshot(path=str(SHOTS / "event.png"), full_page=True)
