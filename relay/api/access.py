@@ -46,6 +46,7 @@ RULES: dict[str, Rule] = {
     "POST /v1/endpoints": MANAGE,
     "GET /v1/endpoints": READ,
     "GET /v1/endpoints/{id}": Rule("read", "endpoint"),
+    "GET /v1/endpoints/{id}/stats": Rule("read", "endpoint"),
     "PATCH /v1/endpoints/{id}": Rule("manage", "endpoint"),
     "DELETE /v1/endpoints/{id}": Rule("manage", "endpoint"),
     "GET /v1/endpoints/{id}/secret": Rule("manage", "endpoint"),

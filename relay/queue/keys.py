@@ -43,6 +43,7 @@ key                                        type    holds
 ``relay:v3:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
 ``relay:v3:{ep_X}:opsbox``                 list    ops outbox: breaker opened / closed events
 ``relay:v3:{ep_X}:deleted``                string  tombstone of a deleted ep_X (expires)
+``relay:v3:{ep_X}:stats:<hour>``           hash    ep_X's attempt counters of one hour, by minute
 ``relay:v3:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
 ``relay:v3:{cfg}:app:<app>``               set     endpoint ids of one app
 ``relay:v3:{cfg}:event_types``             hash    event type name -> event type JSON (catalog)
@@ -306,6 +307,11 @@ class Keys:
     def cursor_key(self) -> str:
         """The key every API replica seals list cursors with (relay.domain.cursors)."""
         return f"{self._root}{{auth}}:cursor_key"
+
+    def endpoint_stats(self, endpoint_id: str, hour: str) -> str:
+        """An endpoint's attempt counters of one hour (``hour``: ms since the epoch //
+        3,600,000), written by ``settle.lua`` (relay/domain/endpointstats.py)."""
+        return f"{self._root}{{{endpoint_id}}}:stats:{hour}"
 
     def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
         base = f"{self._root}{{{endpoint_id}}}:"

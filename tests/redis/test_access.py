@@ -68,6 +68,7 @@ TABLE = [
     R("POST /v1/endpoints", "", f"201 403 403 201 201 201 {NO}", {"url": "http://127.0.0.1:9/n"}),
     R("GET /v1/endpoints", "", f"200 403 200 200 200 200 {NO}"),
     R("GET /v1/endpoints/{id}", "endpoint", f"200 403 200 200 200 404 {NO}"),
+    R("GET /v1/endpoints/{id}/stats", "endpoint", f"200 403 200 200 200 404 {NO}"),
     R(
         "PATCH /v1/endpoints/{id}",
         "endpoint",
