@@ -61,6 +61,7 @@ RULES: dict[str, Rule] = {
     "GET /v1/deliveries/{id}": Rule("read", "delivery"),
     "POST /v1/deliveries/{id}/replay": Rule("manage", "delivery"),
     "POST /v1/apps/{app}/portal": Rule("manage", "app", portal=False),
+    "GET /v1/portal/session": READ,
     "POST /v1/api-keys": ADMIN_ONLY,
     "GET /v1/api-keys": ADMIN_ONLY,
     "DELETE /v1/api-keys/{id}": ADMIN_ONLY,

@@ -56,6 +56,7 @@ key                                        type    holds
 ``relay:v3:{auth}:keys``                   zset    every API key id, score = created (ms)
 ``relay:v3:{auth}:cred:<token_sha256>``    string  credential of a token hash: kind, id, app, scopes
 ``relay:v3:{auth}:sessions:<key_id>``      set     portal sessions that key opened (token hashes)
+``relay:v3:{auth}:brand:<token_sha256>``   string  a portal session's branding (JSON), its TTL
 ``relay:v3:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
 ``relay:v3:{auth}:cursor_key``             string  the key sealing list cursors (hex, random)
 ``relay:v3:{cfg}:ops``                     list    ops outbox: endpoint disabled / enabled events
@@ -299,6 +300,11 @@ class Keys:
     def key_sessions(self, key_id: str) -> str:
         """Token hashes of the portal sessions an API key opened (they end with it)."""
         return f"{self._root}{{auth}}:sessions:{key_id}"
+
+    def portal_branding(self, token_hash: str) -> str:
+        """A portal session's branding (name, logo, accent colour), apart from its
+        credential so that authenticating a request does not read a logo."""
+        return f"{self._root}{{auth}}:brand:{token_hash}"
 
     def api_rate(self, token_hash: str) -> str:
         return f"{self._root}{{auth}}:rate:{token_hash}"
