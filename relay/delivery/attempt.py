@@ -94,14 +94,25 @@ def outcome(
         short = attemptlog.inline(c.attempts, at_ms, duration_ms, status, worker, detail)
         if short:
             return Outcome(
-                c.id, c.token, result, delay_ms, status, error, b"", short, c.endpoint_id
+                c.id,
+                c.token,
+                result,
+                delay_ms,
+                status,
+                error,
+                b"",
+                short,
+                c.endpoint_id,
+                duration_ms,
             )
     entry = orjson.dumps(
         attemptlog.fields(
             c.attempts, at_ms, duration_ms, status, error, detail, result, worker, headers
         )
     )
-    return Outcome(c.id, c.token, result, delay_ms, status, error, entry, "", c.endpoint_id)
+    return Outcome(
+        c.id, c.token, result, delay_ms, status, error, entry, "", c.endpoint_id, duration_ms
+    )
 
 
 def ids_of(c: Claimed) -> dict[str, Any]:

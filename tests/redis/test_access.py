@@ -68,6 +68,7 @@ TABLE = [
     R("POST /v1/endpoints", "", f"201 403 403 201 201 201 {NO}", {"url": "http://127.0.0.1:9/n"}),
     R("GET /v1/endpoints", "", f"200 403 200 200 200 200 {NO}"),
     R("GET /v1/endpoints/{id}", "endpoint", f"200 403 200 200 200 404 {NO}"),
+    R("GET /v1/endpoints/{id}/stats", "endpoint", f"200 403 200 200 200 404 {NO}"),
     R(
         "PATCH /v1/endpoints/{id}",
         "endpoint",
@@ -88,6 +89,7 @@ TABLE = [
     R("POST /v1/deliveries/{id}/replay", "delivery!", f"202 403 403 202 202 404 {NO}"),
     R("POST /v1/deliveries/{id}/discard", "delivery!", f"202 403 403 202 202 404 {NO}"),
     R("POST /v1/apps/{app}/portal", "app", f"201 403 403 201 403 404 {NO}"),
+    R("GET /v1/portal/session", "", f"404 403 404 404 200 404 {NO}"),
     R("POST /v1/api-keys", "", f"201 403 403 403 403 403 {NO}", {"app": "A", "scopes": ["read"]}),
     R("GET /v1/api-keys", "", f"200 403 403 403 403 403 {NO}"),
     R("DELETE /v1/api-keys/{id}", "key!", f"204 403 403 403 403 403 {NO}"),
