@@ -4,6 +4,7 @@
 // This is the entry: the session (portal-ctx.js), the poll and the wiring.
 import { $, state, api, hooks, reset, takeToken, forget, Gone, toast, fail } from "./portal-ctx.js";
 import { loadEndpoints, loadTypes, editEndpoint } from "./portal-endpoints.js";
+import { applyBranding } from "./portal-brand.js";
 import { loadDeliveries, loadDetail, renderDeliveries, applyFilter, replay } from "./portal-deliveries.js";
 import { loadEvents, loadEvent, wireEvents, closeEvent } from "./portal-events.js";
 
@@ -88,7 +89,12 @@ async function start() {
   $("p-event").hidden = true;
   for (const f of ["p-filters", "p-e-filters", "p-search"]) $(f).reset();
   try {
-    await loadEndpoints(); // the first call proves the token, or shows the expired page
+    // The first call proves the token (or shows the expired page) and names its app.
+    const session = await api("GET", "v1/portal/session");
+    if (mine !== generation) return;
+    state.app = session.app;
+    applyBranding(session.branding);
+    await loadEndpoints();
   } catch (e) {
     if (e instanceof Gone) return showGone(true);
     toast(e.message, true);

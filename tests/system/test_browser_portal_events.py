@@ -22,8 +22,17 @@ ANSWER = "acme receiver: signature check failed for key v1; " * 6
 MAX_CLICKS = 3
 
 
-async def session_url(api: Any, app: str) -> str:
-    async with api("POST", f"/v1/apps/{app}/portal") as r:
+# A 1x1 PNG.
+LOGO = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+BRANDING = {"name": "Acme Webhooks", "logo_url": LOGO, "accent_color": "#0a7cff"}
+
+
+async def session_url(api: Any, app: str, branding: Any = None) -> str:
+    body = {"branding": branding} if branding else None
+    async with api("POST", f"/v1/apps/{app}/portal", json=body) as r:
         assert r.status == 201, await r.text()
         return str((await r.json())["url"])
 
@@ -76,8 +85,16 @@ async def test_tenant_finds_reads_fixes_replays_and_sees_only_its_app(
         async with context(cdp, viewport={"width": 1000, "height": 900}) as ctx:
             page = await ctx.new_page()
             seen = watch(page)
-            await page.goto(await session_url(api, "acme"))
+            await page.goto(await session_url(api, "acme", BRANDING))
             await expect(page.locator("#portal")).to_be_visible()
+            # The SaaS's branding: its name, its logo, its colour on the main button.
+            await expect(page.locator("#p-name")).to_have_text("Acme Webhooks")
+            assert await page.title() == "Acme Webhooks"
+            await expect(page.locator("#p-logo")).to_have_attribute("src", LOGO)
+            await expect(page.locator("#p-logo")).to_be_visible()
+            await expect(page.locator("#p-new")).to_have_css(
+                "background-color", "rgb(10, 124, 255)"
+            )
             events = page.locator("#p-events tbody tr")
             await expect(events).to_have_count(1)  # its own event only
 
@@ -140,6 +157,8 @@ async def test_tenant_finds_reads_fixes_replays_and_sees_only_its_app(
             await expect(events).to_have_count(1)
             await expect(events.first).to_have_attribute("data-id", theirs["id"])
             await expect(page.locator("#p-event")).to_be_hidden()
+            await expect(page.locator("#p-name")).to_have_text("Webhooks")  # none given
+            await expect(page.locator("#p-logo")).to_be_hidden()
             assert await page.evaluate("location.hash") == ""
             assert seen["errors"] == []
     finally:
