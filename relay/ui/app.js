@@ -14,10 +14,12 @@ import { loadEndpoints, renderEndpoints, editEndpoint } from "./dash-endpoints.j
 import { loadReplays, replayRange } from "./dash-replays.js";
 import { loadTypes } from "./dash-types.js";
 import { loadEvent, find } from "./dash-event.js";
+import { loadEndpoint } from "./dash-endpoint.js";
 import { loadEvents, wireEvents, fillEventEndpoints, eventsLive } from "./dash-events.js";
 
 const POLL_MS = 2500;
-const VIEWS = ["deliveries", "events", "endpoints", "types", "event"];
+const VIEWS = ["deliveries", "events", "endpoints", "types", "event", "endpoint"];
+const WITH_ID = ["event", "endpoint"];
 
 // ------------------------------------------------------------------ sign in / out
 
@@ -72,6 +74,7 @@ async function refresh() {
     jobs.push(loadEndpoints().then(() => {
       if (state.view === "deliveries" && state.cursors.length === 1) return loadDeliveries();
       if (state.view === "event") return loadEvent();
+      if (state.view === "endpoint") return loadEndpoint();
       if (state.view === "events") {
         fillEventEndpoints();
         return eventsLive() ? loadEvents() : null;
@@ -108,7 +111,7 @@ function stopPolling() {
 /** "#/event/evt_1" -> ["event", "evt_1"]; anything unknown is the deliveries view. */
 function route(hash) {
   const [view, param] = hash.replace(/^#\/?/, "").split("/");
-  const known = VIEWS.includes(view) && (view !== "event" || param);
+  const known = VIEWS.includes(view) && (!WITH_ID.includes(view) || param);
   return known ? [view, param ? decodeURIComponent(param) : ""] : ["deliveries", ""];
 }
 
@@ -117,7 +120,8 @@ function setView(view, param) {
   const hash = `#/${state.view}${state.param ? `/${encodeURIComponent(state.param)}` : ""}`;
   if (window.location.hash !== hash) window.location.hash = hash;
   for (const v of VIEWS) $(`view-${v}`).hidden = state.view !== v;
-  for (const a of document.querySelectorAll(".tabs a")) a.classList.toggle("active", a.dataset.view === state.view);
+  const tab = { event: "events", endpoint: "endpoints" }[state.view] || state.view;
+  for (const a of document.querySelectorAll(".tabs a")) a.classList.toggle("active", a.dataset.view === tab);
   $("toast").hidden = true;
   if (state.drawerId) closeDrawer();
   if (state.view === "endpoints") renderEndpoints();
@@ -125,6 +129,11 @@ function setView(view, param) {
     $("ev-id").textContent = state.param;
     $("ev-body").replaceChildren();
     $("view-event").focus();
+  }
+  if (state.view === "endpoint") {
+    $("ep-title").textContent = state.param;
+    $("ep-body").replaceChildren();
+    $("view-endpoint").focus();
   }
   if (state.token) refresh();
 }

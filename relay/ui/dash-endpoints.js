@@ -68,7 +68,7 @@ export function renderEndpoints() {
       : [el("button", { type: "button", class: "btn small", dataset: { recover: ep.id }, title: "Put every dead delivery of this endpoint back to pending", onclick: () => { state.armed = ep.id; renderEndpoints(); } }, "Recover dead…")];
     return el("tr", { dataset: { id: ep.id } },
       el("td", {},
-        el("div", { class: "ellipsis strong", title: ep.url }, ep.url),
+        el("div", { class: "ellipsis strong", title: ep.url }, viewLink("endpoint", ep.id, ep.url, { class: "ep-link" })),
         el("div", { class: "sub-line" }, el("span", { class: "mono" }, ep.id), ep.description ? ` · ${ep.description}` : "",
           ep.signing === "ed25519" ? el("span", { class: "chip", title: `v1a signatures; public key ${ep.public_key}` }, "ed25519") : ""),
         ep.enabled ? null : el("div", { class: "sub-line", title: ep.disabled_reason || "" }, badge("disabled", "disabled"), h && h.held ? ` ${num(h.held)} held` : ""),

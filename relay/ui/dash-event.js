@@ -31,7 +31,7 @@ function deliveryCard(d) {
   return el("article", { class: "ev-delivery", dataset: { id: d.id, status: d.status }, tabindex: -1 },
     el("div", { class: "ev-delivery-head" },
       badge(d.status),
-      el("span", { class: "strong ellipsis", title: d.endpoint_id }, endpointLabel(d.endpoint_id)),
+      el("a", { class: "strong ellipsis", title: d.endpoint_id, href: `#/endpoint/${encodeURIComponent(d.endpoint_id)}` }, endpointLabel(d.endpoint_id)),
       el("span", { class: "mono muted small" }, d.id),
       el("span", { class: "muted small" }, `${d.attempts} of ${d.max_attempts} attempts · `, lastResult(d)),
       el("span", { class: "spacer" }),

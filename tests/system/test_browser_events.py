@@ -7,7 +7,9 @@ step; the events list with its filters, by keyboard. One Chromium for the module
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -143,6 +145,92 @@ async def test_operator_finds_reads_fixes_and_replays(
             await rows.first.focus()
             await page.keyboard.press("Enter")
             await expect(page.locator("#ev-id")).to_have_text(event["id"])
+            assert seen["errors"] == []
+    finally:
+        stop.set()
+        await worker
+
+
+async def test_endpoint_page_charts_breaker_and_confirmed_actions(
+    make_store: Any, make_api: Any, receiver: Any, cdp: str
+) -> None:
+    """The endpoint page: success rate, attempts and latency charts, the breaker and why,
+    failures grouped; pause, recover and replay a range, each only once confirmed."""
+    from playwright.async_api import expect
+
+    store = await make_store(retry_schedule=(0.05,), breaker_threshold=2, breaker_cooldown=600)
+    api = await make_api(store)
+    state = {"fail": False}
+    receiver.responses["/ep"] = lambda r: (
+        web.Response(status=503, text="maintenance") if state["fail"] else web.Response()
+    )
+    async with api("POST", "/v1/endpoints", json={"url": receiver.url + "/ep"}) as r:
+        ep = await r.json()
+
+    async def publish(n: int) -> list[str]:
+        ids = []
+        for i in range(n):
+            async with api("POST", "/v1/events", json={"type": "t", "payload": i}) as r:
+                ids += [d["id"] for d in (await r.json())["deliveries"]]
+        return ids
+
+    stop = asyncio.Event()
+    worker = asyncio.create_task(Worker(store, store.settings).run(stop))
+    try:
+        ok = await publish(3)
+        await receiver.wait_for(3, path="/ep")
+        state["fail"] = True
+        dead = await publish(1)
+        for _ in range(300):
+            d = await store.get_delivery(dead[0])
+            if d and d["status"] == "dead":
+                break
+            await asyncio.sleep(0.05)
+        assert ok and d is not None and d["status"] == "dead"
+        async with context(cdp, viewport={"width": 1366, "height": 900}) as ctx:
+            page = await ctx.new_page()
+            seen = watch(page)
+            await sign_in(page, api.url)
+            await page.click('.tabs a[data-view="endpoints"]')
+            await page.click(f'#endpoints tr[data-id="{ep["id"]}"] a.ep-link')
+            body = page.locator("#ep-body")
+            await expect(body.locator('.card[data-key="rate"] .value')).to_have_text("60%")
+            await expect(body.locator('.card[data-key="attempts"] .value')).to_have_text("5")
+            await expect(body.locator("figure svg.mini-chart")).to_have_count(2)
+            await expect(body.locator("#ep-failures tbody tr")).to_have_text(
+                re.compile(r"HTTP 503\s*2")
+            )
+            await expect(page.locator("#ep-why")).to_contain_text("breaker")
+            await body.get_by_role("button", name="24 hours").click()
+            await expect(body.get_by_role("button", name="24 hours")).to_have_attribute(
+                "aria-pressed", "true"
+            )
+            await page.screenshot(path=str(SHOTS / "endpoint-page.png"))
+
+            # Pause: Cancel changes nothing; confirmed (from the keyboard) it pauses.
+            await body.get_by_role("button", name="Pause").click()
+            dialog = page.locator("dialog")
+            await expect(dialog).to_contain_text("held")
+            await page.keyboard.press("Escape")
+            await expect(dialog).to_have_count(0)
+            assert (await store.get_endpoint(ep["id"]) or {})["enabled"] is True
+            await body.get_by_role("button", name="Pause").click()
+            await page.keyboard.press("Tab")  # from Cancel to Pause
+            await page.keyboard.press("Enter")
+            await expect(body.get_by_role("button", name="Resume")).to_be_visible()
+            assert (await store.get_endpoint(ep["id"]) or {})["enabled"] is False
+            await body.get_by_role("button", name="Resume").click()
+            await dialog.get_by_role("button", name="Resume").click()
+            await expect(body.get_by_role("button", name="Pause")).to_be_visible()
+
+            # Replay a range: counted first, said in the dialog, then started.
+            # The page's inputs are local time, as the browser's (the same machine's).
+            soon = datetime.now() + timedelta(hours=1)
+            await page.fill("#ep-until", soon.strftime("%Y-%m-%dT%H:%M:%S"))
+            await body.get_by_role("button", name="Replay range…").click()
+            await expect(dialog).to_contain_text("1 dead delivery of this endpoint")
+            await dialog.get_by_role("button", name="Replay").click()
+            await expect(page.locator("#toast")).to_contain_text("started")
             assert seen["errors"] == []
     finally:
         stop.set()
