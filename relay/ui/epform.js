@@ -7,7 +7,7 @@ export const splitTypes = (raw) => raw.split(/[\s,]+/).map((t) => t.trim()).filt
 
 /**
  * Open the form. opts: {title, endpoint (to edit; absent: create), types (known event
- * types, offered as checkboxes), withApp (an "App" field, on create), withLimits
+ * types, offered as checkboxes), typeInfo (type -> description, their tooltips), withApp (an "App" field, on create), withLimits
  * (max in flight too), save(body) -> Promise (throws an Error whose message is shown)}.
  * Resolves with what save() returned, or null when cancelled.
  */
@@ -22,6 +22,7 @@ export function open(opts) {
   const types = el("input", { id: id("types"), name: "event_types", type: "text", spellcheck: "false", placeholder: "* for every type", value: ep ? ep.event_types.join(", ") : "*" });
   const rate = el("input", { id: id("rate"), name: "rate_limit", type: "number", min: "0.001", step: "any", placeholder: "no limit", value: ep && ep.rate_limit ? ep.rate_limit : "" });
   const cap = el("input", { id: id("cap"), name: "max_in_flight", type: "number", min: "1", step: "1", placeholder: "no cap", value: ep && ep.max_in_flight ? ep.max_in_flight : "" });
+  const filter = el("textarea", { id: id("filter"), name: "filter", rows: 2, spellcheck: "false", maxlength: 2048, placeholder: "payload.amount >= 1000 (CEL; empty: every event)" }, ep && ep.filter ? ep.filter : "");
   const app = el("input", { id: id("app"), name: "app", type: "text", spellcheck: "false", value: "default" });
   const known = [...new Set(opts.types || [])].sort();
   const picks = known.length
@@ -33,7 +34,8 @@ export function open(opts) {
           if (box.checked) now.push(t);
           types.value = (now.length ? now : ["*"]).join(", ");
         });
-        return el("label", { class: "epf-type", for: id(`t${i}`) }, box, t);
+        const about = (opts.typeInfo && opts.typeInfo.get(t)) || "";
+        return el("label", { class: "epf-type", for: id(`t${i}`), title: about }, box, t);
       }))
     : null;
   const error = el("p", { class: "form-error", role: "alert" });
@@ -46,6 +48,7 @@ export function open(opts) {
     opts.withApp && !ep ? field("app", "App", app) : null,
     field("types", "Event types", types, "comma-separated; order.* matches every order event"),
     picks,
+    field("filter", "Filter", filter, "only events for which this is true; checked when you save"),
     el("div", { class: "epf-row" },
       field("rate", "Rate limit (per second)", rate),
       opts.withLimits ? field("cap", "Max in flight", cap) : null),
@@ -70,6 +73,9 @@ export function open(opts) {
       error.textContent = "";
       const body = { url: url.value.trim(), description: desc.value, event_types: splitTypes(types.value) };
       if (!body.event_types.length) body.event_types = ["*"];
+      // An emptied filter clears it on edit (null); on create it is left out.
+      if (filter.value.trim()) body.filter = filter.value.trim();
+      else if (ep && ep.filter) body.filter = null;
       // An emptied limit clears it on edit (null); on create it is simply left out.
       if (rate.value) body.rate_limit = Number(rate.value);
       else if (ep && ep.rate_limit) body.rate_limit = null;
@@ -82,7 +88,9 @@ export function open(opts) {
       try {
         done(await opts.save(body));
       } catch (err) {
-        error.textContent = err.message;
+        const bad = err.body && err.body.error === "filter_invalid";
+        error.textContent = bad ? `Filter: ${err.message}` : err.message;
+        if (bad) filter.focus();
         submit.disabled = false;
       }
     });

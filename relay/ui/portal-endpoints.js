@@ -76,6 +76,7 @@ export async function editEndpoint(ep) {
     title: ep ? "Edit endpoint" : "Add an endpoint",
     endpoint: ep,
     types: state.types,
+    typeInfo: state.typeInfo,
     save: (body) => {
       if (!ep && state.app) body.app = state.app;
       const sent = ep ? api("PATCH", `v1/endpoints/${encodeURIComponent(ep.id)}`, null, body) : api("POST", "v1/endpoints", null, body);

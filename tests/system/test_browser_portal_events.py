@@ -196,3 +196,54 @@ async def test_portal_at_phone_width(make_store: Any, make_api: Any, cdp: str) -
         await expect(page.locator("#p-d-payload pre")).to_contain_text('"n": 1')
         await page.screenshot(path=str(SHOTS / "portal-phone.png"), full_page=True)
         assert seen["errors"] == []
+
+
+async def test_portal_endpoint_form_offers_the_catalog_and_checks_the_filter(
+    make_store: Any, make_api: Any, cdp: str
+) -> None:
+    """Create an endpoint from the portal: the catalog's types to tick (their descriptions
+    as tooltips), a filter the API refuses is said in the form and nothing is written; a
+    good one is saved, and shows again on edit. Keyboard only, save for the form's fields."""
+    from playwright.async_api import expect
+
+    store = await make_store()
+    api = await make_api(store)
+    for name, about in (("order.paid", "an order was paid"), ("invoice.issued", "")):
+        async with api("POST", "/v1/event-types", json={"name": name, "description": about}) as r:
+            assert r.status in (200, 201), await r.text()
+    async with context(cdp, viewport={"width": 1000, "height": 900}) as ctx:
+        page = await ctx.new_page()
+        seen = watch(page)
+        await page.goto(await session_url(api, "acme"))
+        await expect(page.locator("#p-types")).to_contain_text("an order was paid")
+        await page.focus("#p-new")
+        await page.keyboard.press("Enter")
+        dialog = page.locator("dialog")
+        await dialog.get_by_label("URL", exact=True).fill("http://127.0.0.1:9/hooks")
+        paid = dialog.get_by_label("order.paid")
+        await expect(dialog.locator("label.epf-type", has_text="order.paid")).to_have_attribute(
+            "title", "an order was paid"
+        )
+        await paid.focus()
+        await page.keyboard.press("Space")
+        await expect(dialog.get_by_label("Event types", exact=True)).to_have_value("order.paid")
+        await dialog.get_by_label("Filter", exact=True).fill("payload.amount >=")
+        await dialog.locator("button[type=submit]").focus()
+        await page.keyboard.press("Enter")
+        await expect(dialog.locator(".form-error")).to_contain_text("Filter:")
+        assert await store.list_endpoints("acme") == []
+        await dialog.get_by_label("Filter", exact=True).fill("payload.amount >= 100")
+        await dialog.locator("button[type=submit]").focus()
+        await page.keyboard.press("Enter")
+        await expect(dialog).to_have_count(0)
+        (ep,) = await store.list_endpoints("acme")
+        assert (ep["event_types"], ep["filter"]) == (["order.paid"], "payload.amount >= 100")
+        item = page.locator("#p-endpoints li.p-ep")
+        await item.get_by_role("button", name="Edit").click()
+        await expect(dialog.get_by_label("Filter", exact=True)).to_have_value(
+            "payload.amount >= 100"
+        )
+        await page.screenshot(path=str(SHOTS / "portal-endpoint-form.png"))
+        await page.keyboard.press("Escape")
+        await expect(dialog).to_have_count(0)
+        assert seen["errors"] == []
