@@ -170,6 +170,19 @@ def base_url(request: web.Request) -> str:
     tag="Tenants",
     body=PortalIn,
     responses={201: PortalOut},
+    examples={
+        "branded": (
+            "A session of the app shop, branded with the SaaS's name, logo and colour",
+            {
+                "branding": {
+                    "name": "Acme Webhooks",
+                    "logo_url": "https://acme.example/logo.svg",
+                    "accent_color": "#0a7cff",
+                }
+            },
+        ),
+        "plain": ("A session without branding", {}),
+    },
     errors={
         400: ("public_url_required",),
         422: ("validation_error",),

@@ -113,3 +113,33 @@ async def test_the_stats_route_reads_what_workers_counted(
     got = await call(api, "GET", f"/v1/endpoints/{down['id']}/stats", params={"window": "7d"})
     assert_error(*got, 422, "validation_error")
     assert_error(*await call(api, "GET", "/v1/endpoints/ep_nope/stats"), 404, "not_found")
+
+
+async def test_two_workers_count_every_attempt_exactly_once(
+    make_store: Any, make_api: Any, receiver: Any
+) -> None:
+    """Counters are settled in Redis by the script every worker calls: with two workers
+    sending at once, the counts are the attempts made, no more, no fewer."""
+    store = await make_store(claim_batch=4, worker_concurrency=4)
+    api = await make_api(store)
+    ep = await new_endpoint(api, url=receiver.url + "/ok")
+    for _ in range(40):
+        await call(api, "POST", "/v1/events", json={"type": "x", "payload": {}})
+    stop = asyncio.Event()
+    workers = [Worker(store, store.settings) for _ in range(2)]
+    tasks = [asyncio.create_task(w.run(stop)) for w in workers]
+    try:
+        await receiver.wait_for(40)
+
+        async def settled() -> dict[str, Any] | None:
+            _, got = await call(api, "GET", f"/v1/endpoints/{ep['id']}/stats")
+            return got if got["attempts"] >= 40 else None
+
+        got = await until(settled)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    assert sum(w.stats.sent for w in workers) == len(receiver.requests) == 40
+    _, got = await call(api, "GET", f"/v1/endpoints/{ep['id']}/stats")
+    assert (got["attempts"], got["successes"], got["failures"]) == (40, 40, 0)
+    assert sum(b["count"] for b in got["latency_ms"]["buckets"]) == 40

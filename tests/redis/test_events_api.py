@@ -7,6 +7,7 @@ its app's events, and bad queries answered 4xx with nothing written.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -252,3 +253,17 @@ async def test_a_rare_filter_pages_short_and_finds_everything(
             break
     assert found == [e["id"] for e in newest_first(events) if e["type"] == "rare"]
     assert pages > len(found) // 2 + 1  # short pages: the budget cut them
+
+
+async def test_concurrent_publishes_of_one_key_index_one_event(env: tuple[Store, Any]) -> None:
+    """The index entry is written by the script that wins the key, after its guard: the
+    publishes that lose (answered the first event) add nothing to it."""
+    store, api = env
+    await new_endpoint(api)
+    answers = await asyncio.gather(*(publish(api, key="same-key", type="x") for _ in range(20)))
+    assert len({a["id"] for a in answers}) == 1
+    assert await listed(api, idempotency_key="same-key") == [answers[0]["id"]]
+    members = []
+    for sk in store.keys.all_shards():
+        members += await store.redis.zrange(sk.idempotency_index("same-key"), 0, -1)
+    assert members == [answers[0]["id"]]
