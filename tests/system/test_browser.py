@@ -186,9 +186,10 @@ async def _dashboard_scenario(make_store: Any, make_api: Any, receiver: Any, bro
         log_rows = page.locator("#d-log tbody tr")
         await expect(log_rows).to_have_count(3)
         assert [t.strip() for t in await log_rows.locator("td:nth-child(5)").all_inner_texts()] == [
-            "HTTP 500 → retry\nupstream database unavailable",  # the receiver's answer
-            "HTTP 500 → retry\nupstream database unavailable",
-            "HTTP 500 → dead\nupstream database unavailable",
+            # the receiver's answer, and its headers (content-type, -length, date, server)
+            "HTTP 500 → retry\nupstream database unavailable\nAnswer headers (4)",
+            "HTTP 500 → retry\nupstream database unavailable\nAnswer headers (4)",
+            "HTTP 500 → dead\nupstream database unavailable\nAnswer headers (4)",
         ]
         assert set(await log_rows.locator("td:nth-child(6)").all_text_contents()) == {
             store.settings.worker_id
