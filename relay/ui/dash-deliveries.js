@@ -75,7 +75,7 @@ function renderDeliveries(rows) {
       : null;
     return el(
       "tr",
-      { dataset: { id: d.id, status: d.status }, class: d.id === state.drawerId ? "selected" : "", onclick: () => openDrawer(d.id) },
+      { dataset: { id: d.id, status: d.status }, class: d.id === state.drawerId ? "selected" : "", onclick: () => openDrawer(d.id), tabindex: 0, onkeydown: (e) => e.key === "Enter" && e.target === e.currentTarget && openDrawer(d.id) },
       el("td", {}, badge(d.status)),
       el("td", { class: "mono id-cell", title: d.id }, d.id),
       el("td", { class: "ellipsis" }, d.type),

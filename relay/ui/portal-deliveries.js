@@ -58,7 +58,7 @@ export async function loadDeliveries(more) {
 export function renderDeliveries() {
   if (!changed("p-deliveries", state.rows, state.cursor, state.detail && state.detail.id, coarse(10e3))) return;
   $("p-deliveries").tBodies[0].replaceChildren(...state.rows.map((d) => el("tr",
-    { dataset: { id: d.id, status: d.status }, class: state.detail && state.detail.id === d.id ? "selected" : "", onclick: () => openDetail(d.id), tabindex: 0, onkeydown: (e) => e.key === "Enter" && openDetail(d.id) },
+    { dataset: { id: d.id, status: d.status }, class: state.detail && state.detail.id === d.id ? "selected" : "", onclick: () => openDetail(d.id), tabindex: 0, onkeydown: (e) => e.key === "Enter" && e.target === e.currentTarget && openDetail(d.id) },
     el("td", { class: "status-cell" }, badge(d.status)),
     el("td", { class: "ellipsis" }, d.type),
     el("td", { class: "num" }, `${d.attempts} / ${d.max_attempts}`),

@@ -145,6 +145,16 @@ async def test_operator_finds_reads_fixes_and_replays(
             await rows.first.focus()
             await page.keyboard.press("Enter")
             await expect(page.locator("#ev-id")).to_have_text(event["id"])
+
+            # The deliveries table by keyboard too: Enter opens the drawer, Escape closes.
+            await page.click('.tabs a[data-view="deliveries"]')
+            row = page.locator(f'#deliveries tr[data-id="{dlv["id"]}"]')
+            await row.focus()
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#drawer")).to_be_visible()
+            await expect(page.locator("#d-id")).to_have_text(dlv["id"])
+            await page.keyboard.press("Escape")
+            await expect(page.locator("#drawer")).to_be_hidden()
             assert seen["errors"] == []
     finally:
         stop.set()
