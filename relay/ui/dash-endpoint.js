@@ -26,7 +26,9 @@ export async function loadEndpoint() {
 
 function perMinute(s) {
   const rate = s.attempts / ((s.series.length * s.step_seconds) / 60);
-  return rate >= 10 ? num(Math.round(rate)) : rate.toPrecision(2).replace(/\.?0+$/, "");
+  if (rate >= 10) return `${num(Math.round(rate))} a minute on average`;
+  if (rate >= 0.1) return `${rate.toFixed(1).replace(/\.0$/, "")} a minute on average`;
+  return s.attempts ? "under 0.1 a minute" : "none";
 }
 
 function tile(key, label, value, sub, cls) {
@@ -70,8 +72,8 @@ function render(ep, s) {
           onclick: () => { page.window = w; loadEndpoint().catch(handleError); } }, w === "1h" ? "1 hour" : "24 hours")))),
     el("div", { class: "ep-tiles" },
       tile("rate", "Success rate", pct(s.success_rate), `${num(s.successes)} of ${num(s.attempts)} attempts`, s.success_rate !== null && s.success_rate < 0.9 ? "bad" : ""),
-      tile("attempts", "Attempts", num(s.attempts), `${perMinute(s)} a minute on average`),
-      tile("failures", "Failed", num(s.failures), "429s included", s.failures ? "bad" : ""),
+      tile("attempts", "Attempts", num(s.attempts), perMinute(s)),
+      tile("failures", "Failed", num(s.failures), "a 429 counts as failed", s.failures ? "bad" : ""),
       tile("p50", "Latency p50", ms(s.latency_ms && s.latency_ms.p50), "HTTP answers only"),
       tile("p90", "p90", ms(s.latency_ms && s.latency_ms.p90)),
       tile("p99", "p99", ms(s.latency_ms && s.latency_ms.p99))),

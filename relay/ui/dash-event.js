@@ -4,7 +4,7 @@
 import { el, changed, coarse, num, ago, iso, badge } from "./kit.js";
 import { $, state, api, ApiError, hooks, toast, handleError, endpointLabel } from "./dash-ctx.js";
 import { payloadBlock } from "./payload.js";
-import { findEvent } from "./eventlist.js";
+import { findEvent, payloadQuery, PAYLOAD_NOTE } from "./eventlist.js";
 import { attemptRows, sentHeaderRows } from "./attempts.js";
 import { lastResult, replay } from "./dash-deliveries.js";
 import { editEndpoint } from "./dash-endpoints.js";
@@ -87,6 +87,7 @@ function renderEvent(id, ev) {
 
 /** The search box: an event id, a delivery id or an Idempotency-Key, to its event page. */
 export async function find(raw) {
+  if (payloadQuery(raw)) return toast(PAYLOAD_NOTE, true);
   try {
     const found = await findEvent(api, raw);
     if (!found) return toast(`No event has the id or Idempotency-Key ${raw.trim()}`, true);

@@ -41,6 +41,10 @@ export function eventRows(rows, open, withApp) {
   });
 }
 
+/** "customer.id = 42": a payload field, which only the archive can search. */
+export const payloadQuery = (q) => /^[\w.]+\s*(=|==)\s*\S/.test(q.trim());
+export const PAYLOAD_NOTE = "Searching payload fields needs the archive, which this relay does not have: search an event id, a delivery id or an Idempotency-Key";
+
 /**
  * What the search box found: {event, delivery} ids, or null. `q` is an event id, a
  * delivery id, or else an Idempotency-Key.

@@ -110,7 +110,10 @@ async def test_operator_finds_reads_fixes_and_replays(
                 card.locator('.answer-headers dd[data-header="x-request-id"]').last
             ).to_contain_text("req-42")
             assert "receiver-session" not in await page.content()
-            await page.screenshot(path=str(SHOTS / "event.png"), full_page=True)
+            # Tall enough that the page does not scroll (the top bar sticks when it does).
+            await page.set_viewport_size({"width": 1366, "height": 2000})
+            await page.locator("#view-event").screenshot(path=str(SHOTS / "event.png"))
+            await page.set_viewport_size({"width": 1366, "height": 900})
 
             # 3. Fix the endpoint from the event page.
             await clicks("fix", card.get_by_role("button", name="Edit endpoint"))
@@ -128,6 +131,11 @@ async def test_operator_finds_reads_fixes_and_replays(
             await expect(card).to_have_attribute("data-status", "succeeded")
             await receiver.wait_for(1, path="/shop-v2")
             assert all(n <= MAX_CLICKS for n in clicks.per_step.values()), clicks.per_step
+
+            # A payload field needs the archive: the search says so.
+            await page.fill("#q", "customer.id = 42")
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#toast")).to_contain_text("needs the archive")
 
             # The events list: newest first, filters, a row opened from the keyboard.
             await page.click('.tabs a[data-view="events"]')
@@ -215,7 +223,9 @@ async def test_endpoint_page_charts_breaker_and_confirmed_actions(
             await expect(body.get_by_role("button", name="24 hours")).to_have_attribute(
                 "aria-pressed", "true"
             )
-            await page.screenshot(path=str(SHOTS / "endpoint-page.png"))
+            await page.set_viewport_size({"width": 1366, "height": 1600})
+            await page.locator("#view-endpoint").screenshot(path=str(SHOTS / "endpoint-page.png"))
+            await page.set_viewport_size({"width": 1366, "height": 900})
 
             # Pause: Cancel changes nothing; confirmed (from the keyboard) it pauses.
             await body.get_by_role("button", name="Pause").click()
