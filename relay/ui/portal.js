@@ -27,9 +27,16 @@ function showGone(expired) {
 }
 
 let busy = false;
+let again = false;
 async function refresh() {
-  if (busy || state.gone) return;
+  // One at a time; asked again meanwhile (a write, a new link), one more runs after it.
+  if (state.gone) return;
+  if (busy) {
+    again = true;
+    return;
+  }
   busy = true;
+  again = false;
   const mine = generation;
   try {
     await loadEndpoints();
@@ -39,6 +46,7 @@ async function refresh() {
   } finally {
     busy = false;
   }
+  if (again) await refresh();
 }
 
 function schedule() {
