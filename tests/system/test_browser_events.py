@@ -251,6 +251,20 @@ async def test_endpoint_page_charts_breaker_and_confirmed_actions(
             await expect(dialog).to_contain_text("1 dead delivery of this endpoint")
             await dialog.get_by_role("button", name="Replay").click()
             await expect(page.locator("#toast")).to_contain_text("started")
+
+            # Rotate, recover since, send a test event: each once confirmed.
+            before = (await store.get_endpoint(ep["id"]) or {})["secret"]
+            await body.get_by_role("button", name="Rotate secret").click()
+            await dialog.get_by_role("button", name="Rotate").click()
+            await expect(page.locator("#toast")).to_contain_text("Secret rotated")
+            assert (await store.get_endpoint(ep["id"]) or {})["secret"] != before
+            await body.get_by_role("button", name="Recover dead since…").click()
+            await expect(dialog).to_contain_text("goes back to pending")
+            await dialog.get_by_role("button", name="Recover").click()
+            await expect(page.locator("#toast")).to_contain_text(re.compile(r"Recovered \d+"))
+            await body.get_by_role("button", name="Send test event").click()
+            await dialog.get_by_role("button", name="Send").click()
+            await expect(page.locator("#toast")).to_contain_text("Test event sent")
             assert seen["errors"] == []
     finally:
         stop.set()
