@@ -68,7 +68,8 @@ dist: $(STAMP)
 screenshots: $(STAMP)
 	RELAY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q \
 	  tests/system/test_browser.py tests/system/test_browser_types.py \
-	  tests/system/test_portal_browser.py
+	  tests/system/test_portal_browser.py tests/system/test_browser_events.py \
+	  tests/system/test_browser_portal_events.py
 
 crash: $(STAMP)
 	$(BIN)/python scripts/crash.py

@@ -23,6 +23,7 @@ from relay.domain.settingspec import SettingsError, read_env, redacted_repr, ref
 from relay.domain.settingvalues import (
     _ack_timeout,
     _app_name,
+    _body_cap,
     _event_loop,
     _flag,
     _fraction,
@@ -190,6 +191,10 @@ class Settings:
         group=DELIVERY, doc="a send this slow stops counting against the concurrency")
     shutdown_grace: float = setting("RELAY_SHUTDOWN_GRACE", parse_duration, "20s",
         group=DELIVERY, doc="on SIGTERM, how long in-flight sends may finish")
+    response_body_cap: int = setting("RELAY_RESPONSE_BODY_CAP", _body_cap, "512",
+        group=DELIVERY, doc="bytes of the receiver's answer body kept in the attempt log "
+        "(`detail`; 0 to 65536); see [What the receiver answered]"
+        "(../guides/investigating.md#what-the-receiver-answered)")
 
     breaker_threshold: int = setting("RELAY_BREAKER_THRESHOLD", _positive_int, "5",
         group=HEALTH, doc="consecutive failures that open an endpoint's breaker")

@@ -14,6 +14,7 @@ from relay.api import (  # noqa: F401
     deliveries,
     docs,
     endpoints,
+    endpointstats,
     events,
     eventtypes,
     ops,

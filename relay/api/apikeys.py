@@ -17,6 +17,7 @@ from relay.api.access import principal
 from relay.api.common import PUBLISHER, SETTINGS, STORE, ApiError, body, json, query, route
 from relay.api.endpoints import load as load_endpoint
 from relay.api.models import EventOut
+from relay.api.portal import Branding, PortalIn
 from relay.domain import access
 from relay.domain.schema import App, EventIn, Strict, StrictBody
 from relay.publishing import Publisher, PublishError
@@ -63,6 +64,7 @@ class PortalOut(BaseModel):
     url: str = Field(description="/portal/#token=...: the token in the fragment only")
     token: str = Field(description="rp_...: a bearer token for the app, read and manage")
     expires_at: int = Field(description="ms since the epoch (RELAY_PORTAL_TTL from now)")
+    branding: Branding | None = Field(description="as given; the page applies it")
 
 
 @route(
@@ -166,7 +168,21 @@ def base_url(request: web.Request) -> str:
     summary="Open a portal session for one app: a URL for the app's customer",
     operation_id="createPortalSession",
     tag="Tenants",
+    body=PortalIn,
     responses={201: PortalOut},
+    examples={
+        "branded": (
+            "A session of the app shop, branded with the SaaS's name, logo and colour",
+            {
+                "branding": {
+                    "name": "Acme Webhooks",
+                    "logo_url": "https://acme.example/logo.svg",
+                    "accent_color": "#0a7cff",
+                }
+            },
+        ),
+        "plain": ("A session without branding", {}),
+    },
     errors={
         400: ("public_url_required",),
         422: ("validation_error",),
@@ -177,12 +193,16 @@ def base_url(request: web.Request) -> str:
 async def portal_session(request: web.Request) -> web.Response:
     """A session of the app with ``read`` and ``manage`` for ``RELAY_PORTAL_TTL`` (1 h),
     and the portal's ``url`` with its token in the fragment (``#token=rp_...``), which a
-    browser never sends to a server. The operator's, or a ``manage`` key's of that app."""
+    browser never sends to a server. The operator's, or a ``manage`` key's of that app.
+    The body (optional) may pass ``branding``: a name, a logo and an accent colour the
+    portal page shows; kept with the session and ended with it."""
     app = request.match_info["app"]
     try:
         APP_NAME.validate_python(app)  # the same app name rule as everywhere
     except ValidationError:
         raise ApiError(422, "validation_error", f"app: {app!r} is not an app name") from None
+    given = (await body(request, PortalIn))[0] if request.can_read_body else PortalIn()
+    branding = given.branding.model_dump(exclude_none=True) if given.branding else None
     settings = request.app[SETTINGS]
     base = base_url(request)  # before anything is written
     who = principal(request)
@@ -194,9 +214,11 @@ async def portal_session(request: web.Request) -> web.Response:
         token_hash=access.token_hash(token),
         ttl_ms=int(settings.portal_ttl * 1000),
         opened_by=None if who.is_admin else who.id,  # revoking that key ends the session
+        branding=branding or None,
     )
     url = f"{base}/portal/#token={token}"
-    return json({"url": url, "token": token, "expires_at": expires_at}, status=201)
+    answer = {"url": url, "token": token, "expires_at": expires_at, "branding": branding or None}
+    return json(answer, status=201)
 
 
 @route(

@@ -53,23 +53,30 @@ async def listing(
             event_id=getattr(q, "event_id", None),
             event_type=q.type,
             limit=q.limit,
-            cursor=await _position(request, q.cursor),
+            cursor=await position_of(request, q.cursor),
             app=app,
         )
     except ValueError:  # a position relay sealed but cannot read: its own older format
-        raise _invalid_cursor() from None
+        raise invalid_cursor() from None
     await Health(store).explain_waits(rows)
-    cursor = None if position is None else cursors.seal(await store.cursor_key(), app, position)
-    return json({"data": rows, "next_cursor": cursor})
+    return json({"data": rows, "next_cursor": await sealed(request, position)})
 
 
-def _invalid_cursor() -> ApiError:
+async def sealed(request: web.Request, position: str | None) -> str | None:
+    """The cursor handed out for a listing's position (None: the end), sealed for the
+    caller's scope."""
+    if position is None:
+        return None
+    return cursors.seal(await request.app[STORE].cursor_key(), scoped_app(request), position)
+
+
+def invalid_cursor() -> ApiError:
     return ApiError(
         400, "invalid_cursor", "cursor is not one relay made for this caller; list from the start"
     )
 
 
-async def _position(request: web.Request, cursor: str | None) -> str | None:
+async def position_of(request: web.Request, cursor: str | None) -> str | None:
     """The position a sealed cursor holds, or 400 ``invalid_cursor``."""
     if not cursor:
         return None
@@ -80,11 +87,11 @@ async def _position(request: web.Request, cursor: str | None) -> str | None:
     except cursors.InvalidCursor:
         fresh = await store.cursor_key(fresh=True)  # sealed with a key made since?
         if fresh == key:
-            raise _invalid_cursor() from None
+            raise invalid_cursor() from None
     try:
         return cursors.unseal(fresh, app, cursor)
     except cursors.InvalidCursor:
-        raise _invalid_cursor() from None
+        raise invalid_cursor() from None
 
 
 @route(

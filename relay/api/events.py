@@ -1,4 +1,4 @@
-"""``/v1/events``: publish (fan-out, idempotency) and read."""
+"""``/v1/events``: publish (fan-out, idempotency), list and search, read."""
 
 from __future__ import annotations
 
@@ -8,10 +8,15 @@ from aiohttp import web
 
 from relay import tracing
 from relay.api.access import pinned_app
-from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, route
-from relay.api.models import EventDetail, EventOut, EventPublishIn
+from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, query, route
+from relay.api.deliveries import invalid_cursor, position_of, sealed
+from relay.api.eventmodels import EventList, EventPage, EventPageQuery, EventQuery
+from relay.api.models import EventOut, EventPublishIn
+from relay.api.sentheaders import sent_headers
 from relay.domain import signing
+from relay.eventsearch import event_page, list_events
 from relay.publishing import PublishError
+from relay.queue.store import EventFilter
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -129,18 +134,64 @@ async def _publish(request: web.Request, span: Any = None) -> web.Response:
 
 @route(
     "GET",
+    "/v1/events",
+    summary="List and search events, newest first",
+    operation_id="listEvents",
+    tag="Events",
+    query=EventQuery,
+    responses={200: EventList},
+    errors={400: ("invalid_cursor",), 422: ("validation_error",)},
+)
+async def list_(request: web.Request) -> web.Response:
+    """A page of events, newest first, each with its deliveries' statuses; filter by
+    type, app, endpoint, the status of a delivery, creation time or ``Idempotency-Key``.
+    ``next_cursor`` continues; a rare filter may answer a short page with a cursor. An
+    API key or portal session lists its own app's events only."""
+    q = query(request, EventQuery)
+    app = pinned_app(request, q.app or "", q.app is not None, ApiError) or None
+    f = EventFilter(
+        app=app,
+        event_type=q.type,
+        endpoint_id=q.endpoint_id,
+        status=q.status,
+        since=q.since,
+        until=q.until,
+        idempotency_key=q.idempotency_key,
+    )
+    position = await position_of(request, q.cursor)
+    try:
+        rows, after = await list_events(request.app[STORE], f, limit=q.limit, position=position)
+    except ValueError:  # a position relay sealed but cannot read: its own older format
+        raise invalid_cursor() from None
+    for row in rows:
+        row["created_at"] = signing.rfc3339_ms(row["created_at"])
+    return json({"data": rows, "next_cursor": await sealed(request, after)})
+
+
+@route(
+    "GET",
     "/v1/events/{id}",
     summary="Read an event and its deliveries",
     operation_id="getEvent",
     tag="Events",
-    responses={200: EventDetail},
+    query=EventPageQuery,
+    responses={200: EventPage},
+    errors={422: ("validation_error",)},
 )
 async def read(request: web.Request) -> web.Response:
-    """The event with its payload, its deliveries, and ``filtered``: the endpoints left
-    out because their filter erred on it."""
+    """The event with its payload, its ``idempotency_key``, its deliveries, and
+    ``filtered``: the endpoints left out because their filter erred on it. With
+    ``expand=deliveries``, each delivery (the first 50) in full: status, attempt log with
+    what the receiver answered, and the headers it was sent with (signatures and custom
+    header values hidden)."""
     ident = request.match_info["id"]
-    event = found(await request.app[STORE].get_event(ident), "event", ident)
-    return json(shown(event))
+    q = query(request, EventPageQuery)
+    page = await event_page(request.app[STORE], ident, expand=q.expand == "deliveries")
+    event = shown(found(page, "event", ident))
+    endpoints, body_len = event.pop("endpoints", {}), event.pop("body_length", None)
+    for row in event["deliveries"] if q.expand else ():
+        row["headers_sent"] = sent_headers(row, endpoints.get(row["endpoint_id"]), body_len)
+    return json(event)
 
 
 def shown(event: dict[str, Any]) -> dict[str, Any]:

@@ -130,6 +130,9 @@ class EventOut(BaseModel):
 
 class EventDetail(EventOut):
     payload: Any
+    idempotency_key: str | None = Field(
+        default=None, description="the Idempotency-Key it was published with, if any"
+    )
 
 
 class AttemptEntry(BaseModel):

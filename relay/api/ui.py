@@ -14,17 +14,16 @@ bounded by the workers' concurrency.
 
 from __future__ import annotations
 
-import time
 from importlib import resources
 from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, Field
-from yarl import URL
 
 from relay import __version__
 from relay.api.common import STORE, ApiError, json, page, route
 from relay.api.deliveries import listing
+from relay.api.eventmodels import SentHeader
 from relay.api.events import shown
 from relay.api.models import (
     DeliveryDetail,
@@ -33,8 +32,7 @@ from relay.api.models import (
     StatsOut,
     UiDeliveryQuery,
 )
-from relay.delivery import sender
-from relay.domain import signing
+from relay.api.sentheaders import sent_headers
 from relay.endpoints.health import Health
 from relay.queue.store import Store
 
@@ -42,13 +40,7 @@ MINUTES = 30
 SAMPLE = 200  # newest deliveries per endpoint behind its success rate
 PROCESSING_CAP = 5000
 
-STATIC = {
-    "index.html": "text/html",
-    "app.js": "text/javascript",
-    "kit.js": "text/javascript",
-    "epform.js": "text/javascript",
-    "app.css": "text/css",
-}
+KINDS = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 # The page needs nothing but itself: no inline script, no other origin.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -89,12 +81,6 @@ class EndpointBrief(BaseModel):
     enabled: bool
 
 
-class SentHeader(BaseModel):
-    name: str
-    value: str
-    note: str = ""
-
-
 class DeliveryView(BaseModel):
     delivery: DeliveryDetail
     event: EventDetail | None
@@ -122,9 +108,27 @@ class EndpointHealthList(BaseModel):
 # ---------------------------------------------------------------------- static files
 
 
+def ui_file_kind(name: str, side: str) -> str | None:
+    """The content type of ``relay/ui/<name>`` when ``side`` (``dash`` or ``portal``)
+    serves it, else None.
+
+    The files are flat ES modules named by side: ``portal*`` the portal's, ``app.*``,
+    ``dash-*`` and ``index.html`` the dashboard's, every other ``.js``/``.css`` shared
+    (``kit.js``, ``api.js``, ...). Pages are served at their folder, not by name.
+    """
+    kind = KINDS.get(name[name.rfind(".") :]) if "." in name else None
+    if kind is None or kind == "text/html" or "/" in name:
+        return None
+    portal = name.startswith("portal")
+    dash = name.startswith(("app.", "dash-")) and name != "app.css"
+    if (side == "dash" and portal) or (side == "portal" and dash):
+        return None
+    return kind if resources.files("relay").joinpath("ui", name).is_file() else None
+
+
 async def _static(name: str) -> web.Response:
     data = resources.files("relay").joinpath("ui", name).read_bytes()
-    resp = web.Response(body=data, content_type=STATIC[name], charset="utf-8")
+    resp = web.Response(body=data, content_type=KINDS[name[name.rfind(".") :]], charset="utf-8")
     resp.headers.update(SECURITY_HEADERS)
     return resp
 
@@ -142,7 +146,7 @@ async def ui_index(request: web.Request) -> web.Response:
 @page("/ui/{file}")
 async def ui_file(request: web.Request) -> web.Response:
     name = request.match_info["file"]
-    if name == "index.html" or name not in STATIC:
+    if ui_file_kind(name, "dash") is None:
         raise web.HTTPNotFound()
     return await _static(name)
 
@@ -153,66 +157,6 @@ async def ui_file(request: web.Request) -> web.Response:
 async def series(store: Store, now_ms: int, minutes: int = MINUTES) -> dict[str, list[int]]:
     """Deliveries per minute by outcome, the last ``minutes`` minutes up to ``now_ms``."""
     return await store.minute_series(now_ms, minutes)
-
-
-def sent_headers(
-    delivery: dict[str, Any], endpoint: dict[str, Any] | None, body_len: int | None
-) -> list[dict[str, str]]:
-    """The headers of the latest request, rebuilt with the sender's own header function.
-
-    The signature is never shown; custom header values are hidden because operators
-    put credentials for the receiver there.
-    """
-    log = [e for e in delivery.get("attempt_log", []) if not e.get("fenced")]
-    last = log[-1] if log else None
-    attempt = int(last.get("attempt") or delivery["attempts"] or 1) if last else 1
-    custom = (endpoint or {}).get("headers") or {}
-    stamp = int((last["at"] - (last.get("duration_ms") or 0)) / 1000) if last else int(time.time())
-    built = signing.signed_headers(
-        secret_keys=[],
-        msg_id=delivery["event_id"],
-        timestamp=stamp,
-        body=b"",
-        delivery_id=delivery["id"],
-        attempt=attempt,
-        user_agent=sender.USER_AGENT,
-        extra=custom,
-    )
-    notes = {
-        "webhook-id": "the event id: the same on every retry, the receiver's dedupe key",
-        "webhook-timestamp": "unix seconds at send time (estimated from the attempt log)"
-        if last
-        else "unix seconds at send time (not sent yet)",
-        "x-relay-attempt": "attempt number of this request",
-    }
-    out: list[dict[str, str]] = []
-    if endpoint is not None:
-        url = URL(endpoint["url"])
-        host = url.raw_host or ""
-        out.append(
-            {"name": "host", "value": host if url.is_default_port() else f"{host}:{url.port}"}
-        )
-    out.append({"name": "accept", "value": "*/*"})
-    out.append({"name": "accept-encoding", "value": "gzip, deflate"})
-    if body_len is not None:
-        out.append({"name": "content-length", "value": str(body_len)})
-    for name, value in built.items():
-        if name == "webhook-signature":
-            ed = (endpoint or {}).get("signing") == "ed25519"
-            out.append(
-                {
-                    "name": name,
-                    "value": "v1a,…" if ed else "v1,…",
-                    "note": "ed25519 with the endpoint's private key; not shown"
-                    if ed
-                    else "HMAC-SHA256 with the endpoint secret; not shown",
-                }
-            )
-        elif name in custom:
-            out.append({"name": name, "value": "••••••", "note": "custom header; value hidden"})
-        else:
-            out.append({"name": name, "value": value, "note": notes.get(name, "")})
-    return out
 
 
 async def endpoint_health(

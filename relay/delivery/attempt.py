@@ -80,22 +80,39 @@ def outcome(
     worker: str,
     at_ms: int,
     duration: float = 0.0,
+    headers: dict[str, str] | None = None,
+    body_cap: int = sender.BODY_CAP,
 ) -> Outcome:
     """What ``Store.record`` writes for this attempt: a first request that succeeded, its
     short form (relay.domain.attemptlog), from which the script makes the log entry only
-    where one is needed; any other, its attempt-log entry (``attemptlog.fields``)."""
+    where one is needed; any other, its attempt-log entry (``attemptlog.fields``), with
+    the answer's ``headers`` when there are any. ``detail`` is cut at ``body_cap``
+    characters (the sender read at most that many bytes of the body)."""
     duration_ms = round(duration * 1000, 2)
-    detail = detail[: sender.BODY_CAP]
+    detail = detail[:body_cap]
     if result == "succeeded" and not error:
         short = attemptlog.inline(c.attempts, at_ms, duration_ms, status, worker, detail)
         if short:
             return Outcome(
-                c.id, c.token, result, delay_ms, status, error, b"", short, c.endpoint_id
+                c.id,
+                c.token,
+                result,
+                delay_ms,
+                status,
+                error,
+                b"",
+                short,
+                c.endpoint_id,
+                duration_ms,
             )
     entry = orjson.dumps(
-        attemptlog.fields(c.attempts, at_ms, duration_ms, status, error, detail, result, worker)
+        attemptlog.fields(
+            c.attempts, at_ms, duration_ms, status, error, detail, result, worker, headers
+        )
     )
-    return Outcome(c.id, c.token, result, delay_ms, status, error, entry, "", c.endpoint_id)
+    return Outcome(
+        c.id, c.token, result, delay_ms, status, error, entry, "", c.endpoint_id, duration_ms
+    )
 
 
 def ids_of(c: Claimed) -> dict[str, Any]:
@@ -201,6 +218,7 @@ class Attempter:
             body=c.body,
             trace_headers=trace_headers,
             deadline=deadline,
+            body_cap=self.settings.response_body_cap,
         )
         self.stats.sent += 1
         decision = decide(c, resp, self.settings)
@@ -232,5 +250,7 @@ class Attempter:
             worker=worker,
             at_ms=int(time.time() * 1000),
             duration=resp.duration,
+            headers=resp.headers,
+            body_cap=max(self.settings.response_body_cap, sender.BODY_CAP),
         )
         return done, verdict(resp.status)

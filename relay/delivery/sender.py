@@ -1,7 +1,8 @@
 """The outbound HTTP request of one attempt: sign, POST, classify. No Redis here.
 
 One pooled ``aiohttp.ClientSession`` per worker; redirects are never followed; the
-response body is read only up to a small cap, for the attempt log.
+response body is read only up to ``RELAY_RESPONSE_BODY_CAP`` bytes, and the headers of
+an answer that is not a success kept (bounded, credentials dropped), for the attempt log.
 
 The request's time limit: aiohttp's own (``make_session(timeout=...)``) starts a timer
 for every request. The worker sets none there: each send carries a :class:`Deadline`,
@@ -22,9 +23,9 @@ import aiohttp
 
 from relay import __version__
 from relay.delivery import ssrf
-from relay.domain import ed25519, signing
+from relay.domain import attemptlog, ed25519, signing
 
-BODY_CAP = 512
+BODY_CAP = 512  # RELAY_RESPONSE_BODY_CAP's default
 USER_AGENT = f"relay/{__version__}"
 
 
@@ -36,6 +37,7 @@ class Response:
     retry_after: str | None
     duration: float
     body: str
+    headers: dict[str, str] | None = None  # a non-2xx answer's, as the attempt log keeps them
 
 
 @dataclass(slots=True)
@@ -108,11 +110,13 @@ async def send(
     body: bytes,
     trace_headers: dict[str, str] | None = None,
     deadline: Deadline | None = None,
+    body_cap: int = BODY_CAP,
 ) -> Response:
     """POST one signed delivery and describe what came back. ``trace_headers``
     (``traceparent``, ``tracestate``; tracing on) replace custom headers of those names.
     ``deadline``: armed for its ``seconds`` from the request's start while it runs; the
-    task cancelled past it (a watcher's ``Deadline.overdue``) gets a ``timeout`` answer."""
+    task cancelled past it (a watcher's ``Deadline.overdue``) gets a ``timeout`` answer.
+    ``body_cap``: bytes of the answer's body read (``RELAY_RESPONSE_BODY_CAP``)."""
     now = time.time()
     headers = signing.signed_headers(
         secret_keys=(),
@@ -135,7 +139,8 @@ async def send(
         async with session.post(
             endpoint["url"], data=body, headers=headers, allow_redirects=False
         ) as resp:
-            snippet = await resp.content.read(BODY_CAP)
+            snippet = await resp.content.read(body_cap) if body_cap else b""
+            ok = 200 <= resp.status < 300
             return Response(
                 status=resp.status,
                 error="",
@@ -143,6 +148,7 @@ async def send(
                 retry_after=resp.headers.get("Retry-After"),
                 duration=time.perf_counter() - started,
                 body=snippet.decode("utf-8", "replace"),
+                headers=None if ok else attemptlog.answer_headers(resp.headers.items()),
             )
     except asyncio.CancelledError:
         # past its deadline: a timeout, as aiohttp's own timer reports one (TimeoutError),

@@ -38,6 +38,7 @@ from relay.delivery.groupcommit import Done, GroupCommit
 from relay.delivery.inflight import SLOW_HEADROOM, Flight, InFlight, watch_slow
 from relay.delivery.leases import Leases
 from relay.delivery.stats import Stats
+from relay.domain import endpointstats
 from relay.endpoints.cache import EndpointCache
 from relay.endpoints.health import Health, Settled, Windows
 from relay.endpoints.lifecycle import Lifecycle, should_disable
@@ -218,8 +219,12 @@ class Worker:
                 settled: Done = lambda result, exc: self._settled(f, result, exc)  # noqa: E731
                 # an endpoint's max_in_flight slots are freed by its settle: not delayed
                 capped = bool(endpoint.get("max_in_flight"))
+                # what the attempt adds to the endpoint's per-minute counters
+                stat = endpointstats.stat_of(
+                    outcome.status_code, outcome.error, outcome.duration_ms
+                )
                 self._settler.submit_then(
-                    endpoint["id"], (c.token, verdict), settled, deadline, hurry=capped
+                    endpoint["id"], (c.token, verdict, stat), settled, deadline, hurry=capped
                 )
             recorded: Done = lambda result, exc: self._recorded(f, result, exc)  # noqa: E731
             self._recorder.submit_then(f.sk, outcome, recorded, deadline)

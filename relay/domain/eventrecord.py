@@ -3,8 +3,9 @@
 ``<header JSON>\\n<stored>``. The header holds what relay needs besides the payload:
 ``type``, ``app``, ``max_attempts`` (the attempt budget of its deliveries), the deliveries
 as ``d``, and when there are any, ``filtered``, the trace context ``tp``, ``at`` (the
-``deliver_at`` of an event published for later, ms), ``z`` and ``raw``. The payload is
-stored once per event whatever its fan-out.
+``deliver_at`` of an event published for later, ms), the ``Idempotency-Key`` it was
+published with ``ik``, ``z`` and ``raw``. The payload is stored once per event whatever
+its fan-out.
 
 ``d`` lists one entry per delivery, in order: an endpoint id, for a delivery whose id
 derives from the event's (:func:`relay.domain.ids.delivery_id`, everything layout v3
@@ -53,6 +54,7 @@ def pack(
     filtered: Sequence[dict[str, str]] = (),
     trace: str = "",
     deliver_at: int | None = None,
+    idempotency_key: str = "",
 ) -> bytes:
     """The stored value of an event whose body (as sent) is ``body``. A delivery whose id
     derives from ``event_id`` is listed by its endpoint id alone."""
@@ -73,6 +75,8 @@ def pack(
         header["tp"] = trace
     if deliver_at is not None:
         header["at"] = deliver_at
+    if idempotency_key:
+        header["ik"] = idempotency_key
     head = signing.body_head(event_id, event_type, created_ms)
     if body.startswith(head) and body.endswith(b"}"):
         stored = body[len(head) : -1]  # the payload: the body is made again from it

@@ -51,6 +51,13 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _body_cap(raw: str) -> int:
+    value = int(raw)
+    if not 0 <= value <= 65536:
+        raise ValueError("must be between 0 and 65536 bytes")
+    return value
+
+
 def _port(raw: str) -> int:
     value = int(raw)
     if not 0 <= value <= 65535:

@@ -109,9 +109,11 @@ class Health:
         )
         return got.state, got.waits
 
-    async def settle(self, endpoint_id: str, results: Sequence[tuple[str, str]]) -> Settled:
+    async def settle(
+        self, endpoint_id: str, results: Sequence[tuple[str, str] | tuple[str, str, str]]
+    ) -> Settled:
         """``results``: (claim token, "1" success | "0" failure, or "0@<sent ms>" |
-        "-" neutral)."""
+        "-" neutral[, what the attempt adds to the endpoint's counters])."""
         return await self.store.settle(
             endpoint_id,
             results,

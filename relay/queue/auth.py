@@ -134,10 +134,12 @@ class AuthRecords(StoreBase):
         token_hash: str,
         ttl_ms: int,
         opened_by: str | None = None,
+        branding: dict[str, str] | None = None,
     ) -> int:
         """Store a portal session's credential, expiring ``ttl_ms`` from now (Redis's
         clock); returns ``expires_at`` (ms). ``opened_by``: the API key that opened it
-        (revoking the key ends the session); None for the operator."""
+        (revoking the key ends the session); None for the operator. ``branding``: kept
+        beside it (``Keys.portal_branding``) for as long."""
         expires_at = await self.now_ms() + ttl_ms
         credential = {
             "kind": "portal",
@@ -147,17 +149,39 @@ class AuthRecords(StoreBase):
             "hash": token_hash,
             "expires_at": expires_at,
         }
-        keys = [self.keys.credential(token_hash), self.keys.key_sessions(opened_by or "-")]
+        keys = [
+            self.keys.credential(token_hash),
+            self.keys.key_sessions(opened_by or "-"),
+            self.keys.portal_branding(token_hash),
+        ]
         args = [
             orjson.dumps(credential),
             ttl_ms + PORTAL_LINGER_MS,
             token_hash,
             int(bool(opened_by)),
+            orjson.dumps(branding) if branding else "",
         ]
         ack = (self.settings.ack_replicas, self.settings.ack_timeout)
         if not int(await self.scripts.portal_create(keys=keys, args=args, ack=ack)):
             raise ValueError("portal session token hash taken")  # 256 random bits: never
         return expires_at
+
+    async def portal_session(self, token_hash: str) -> dict[str, Any] | None:
+        """A portal session as its page reads it: ``app``, ``scopes``, ``expires_at`` and
+        ``branding`` (None when it had none); None for a token that is not a session's."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.credential(token_hash))
+            pipe.get(self.keys.portal_branding(token_hash))
+            raw, brand = await pipe.execute()
+        record = orjson.loads(raw) if raw else None
+        if record is None or record.get("kind") != "portal":
+            return None
+        return {
+            "app": record["app"],
+            "scopes": record["scopes"],
+            "expires_at": record["expires_at"],
+            "branding": orjson.loads(brand) if brand else None,
+        }
 
 
 def _key_view(row: dict[str, str]) -> dict[str, Any]:

@@ -10,12 +10,13 @@ Redis.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
 
-from relay.domain import ids
+from relay.domain import endpointstats, ids
 from relay.queue.base import StoreBase
 from relay.queue.records import Admission, Settled
 
@@ -168,20 +169,28 @@ class EndpointRecords(StoreBase):
     async def settle(
         self,
         endpoint_id: str,
-        results: Sequence[tuple[str, str]],
+        results: Sequence[tuple[str, str] | tuple[str, str, str]],
         *,
         threshold: int,
         cooldown_ms: int,
         cooldown_max_ms: int,
+        at_ms: int | None = None,
     ) -> Settled:
-        """Count results in the breaker and free their slots (``settle.lua``).
-        ``results``: (claim token, "1" success | "0" failure | "-" neutral)."""
+        """Count results in the breaker and free their slots (``settle.lua``), and add
+        their attempts to the endpoint's counters of the minute of ``at_ms`` (now).
+        ``results``: (claim token, "1" success | "0" failure | "-" neutral[, what the
+        attempt counts: ``endpointstats.stat_of``, "" or absent for nothing])."""
         ek = self.keys.endpoint_state(endpoint_id)
+        at = int(time.time() * 1000) if at_ms is None else at_ms
         args: list[Any] = [threshold, cooldown_ms, cooldown_max_ms, len(results)]
-        for token, verdict in results:
+        for token, verdict, *_ in results:
             args += [token, verdict]
-        args += [ids.ops_entry_id(), endpoint_id]
-        r = await self.scripts.settle(keys=[ek.breaker, ek.inflight, ek.ops, ek.deleted], args=args)
+        adds = endpointstats.increments(x[2] for x in results if len(x) > 2)
+        args += [ids.ops_entry_id(), endpoint_id, f"{endpointstats.minute_in_hour(at)}:"]
+        args += [endpointstats.RETAIN_MS, len(adds), *(x for kv in adds.items() for x in kv)]
+        counters = self.keys.endpoint_stats(endpoint_id, str(endpointstats.hour_of(at)))
+        keys = [ek.breaker, ek.inflight, ek.ops, ek.deleted, counters]
+        r = await self.scripts.settle(keys=keys, args=args)
         return Settled(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]))
 
     async def breaker_states(self, endpoint_ids: Sequence[str]) -> dict[str, dict[str, str]]:
@@ -212,6 +221,16 @@ class EndpointRecords(StoreBase):
             e: (rows[3 * i], int(float(rows[3 * i + 1] or 0)), int(rows[3 * i + 2]))
             for i, e in enumerate(endpoint_ids)
         }
+
+    async def endpoint_counters(
+        self, endpoint_id: str, hours: Sequence[int]
+    ) -> dict[int, dict[str, str]]:
+        """The endpoint's attempt counters of each of ``hours`` (empty: none kept)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for hour in hours:
+                pipe.hgetall(self.keys.endpoint_stats(endpoint_id, str(hour)))
+            rows = await pipe.execute()
+        return dict(zip(hours, rows, strict=True))
 
     async def reset_failing(self, endpoint_id: str) -> None:
         """Forget when the endpoint's failure streak began (its ``failing_since``)."""

@@ -33,6 +33,7 @@ key                                        type    holds
 ``relay:v3:{s0}:log:<delivery_id>``        list    attempt log, one JSON entry per request but a1
 ``relay:v3:{s0}:evt:<event_id>``           string  event: header line (JSON), body (maybe zlib)
 ``relay:v3:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
+``relay:v3:{s0}:ik:<key>``                 zset    events published with that Idempotency-Key
 ``relay:v3:{s0}:stats``                    hash    shard counters (reclaimed)
 ``relay:v3:{s0}:wake``                     pubsub  "work became due earlier than you thought"
 ``relay:v3:{s0}:ops``                      list    ops outbox: delivery.dead summaries
@@ -43,6 +44,7 @@ key                                        type    holds
 ``relay:v3:{ep_X}:inflight``               zset    in-flight slots (claim token -> slot expiry ms)
 ``relay:v3:{ep_X}:opsbox``                 list    ops outbox: breaker opened / closed events
 ``relay:v3:{ep_X}:deleted``                string  tombstone of a deleted ep_X (expires)
+``relay:v3:{ep_X}:stats:<hour>``           hash    ep_X's attempt counters of one hour, by minute
 ``relay:v3:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
 ``relay:v3:{cfg}:app:<app>``               set     endpoint ids of one app
 ``relay:v3:{cfg}:event_types``             hash    event type name -> event type JSON (catalog)
@@ -55,6 +57,7 @@ key                                        type    holds
 ``relay:v3:{auth}:keys``                   zset    every API key id, score = created (ms)
 ``relay:v3:{auth}:cred:<token_sha256>``    string  credential of a token hash: kind, id, app, scopes
 ``relay:v3:{auth}:sessions:<key_id>``      set     portal sessions that key opened (token hashes)
+``relay:v3:{auth}:brand:<token_sha256>``   string  a portal session's branding (JSON), its TTL
 ``relay:v3:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
 ``relay:v3:{auth}:cursor_key``             string  the key sealing list cursors (hex, random)
 ``relay:v3:{cfg}:ops``                     list    ops outbox: endpoint disabled / enabled events
@@ -187,6 +190,12 @@ class ShardKeys:
     def idempotency(self, app: str, key: str) -> str:
         return f"{self.base}idem:{app}:{key}"
 
+    def idempotency_index(self, key: str) -> str:
+        """Events published with the ``Idempotency-Key`` ``key`` (any app), score = created
+        (ms): the lookup by key. It expires ``RELAY_RETENTION`` after its last event, and
+        outlives the idempotency record (``RELAY_IDEMPOTENCY_TTL``)."""
+        return f"{self.base}ik:{key}"
+
     # Operational events (relay.connectors.opsevents): an outbox per hash tag, written
     # by the script that makes the transition, and the shard's dead-letter tallies.
 
@@ -299,6 +308,11 @@ class Keys:
         """Token hashes of the portal sessions an API key opened (they end with it)."""
         return f"{self._root}{{auth}}:sessions:{key_id}"
 
+    def portal_branding(self, token_hash: str) -> str:
+        """A portal session's branding (name, logo, accent colour), apart from its
+        credential so that authenticating a request does not read a logo."""
+        return f"{self._root}{{auth}}:brand:{token_hash}"
+
     def api_rate(self, token_hash: str) -> str:
         return f"{self._root}{{auth}}:rate:{token_hash}"
 
@@ -306,6 +320,11 @@ class Keys:
     def cursor_key(self) -> str:
         """The key every API replica seals list cursors with (relay.domain.cursors)."""
         return f"{self._root}{{auth}}:cursor_key"
+
+    def endpoint_stats(self, endpoint_id: str, hour: str) -> str:
+        """An endpoint's attempt counters of one hour (``hour``: ms since the epoch //
+        3,600,000), written by ``settle.lua`` (relay/domain/endpointstats.py)."""
+        return f"{self._root}{{{endpoint_id}}}:stats:{hour}"
 
     def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
         base = f"{self._root}{{{endpoint_id}}}:"

@@ -174,6 +174,7 @@ class Reads(StoreBase):
             event["filtered"] = header["filtered"]
         if "at" in header:  # published for later: its deliver_at, ms
             event["deliver_at"] = header["at"]
+        event["idempotency_key"] = header.get("ik")  # the Idempotency-Key it came with
         return event
 
     async def endpoint_known(self, endpoint_id: str) -> bool:

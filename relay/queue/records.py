@@ -71,6 +71,7 @@ class Outcome:
     entry: bytes  # attempt log entry, JSON object without "n"; b"" when inline says it
     inline: str = ""  # its short form for the hash (relay.domain.attemptlog), or ""
     endpoint_id: str = ""  # written into a hash that has none (a first claim's); "": the header's
+    duration_ms: float = 0.0  # the request's, for the endpoint's counters (not written here)
 
 
 @dataclass(frozen=True, slots=True)

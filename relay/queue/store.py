@@ -10,6 +10,7 @@ typed method); reads are pipelined per shard. Key names come from
   hold, resume, replay, expire;
 * :mod:`relay.queue.reads`: deliveries, events, listings;
 * :mod:`relay.queue.counts`: stats and counts by status;
+* :mod:`relay.queue.eventlist`: events as listed and searched (``GET /v1/events``);
 * :mod:`relay.queue.endpoints`: endpoint records and their shared health state
   (admit, settle, breakers);
 * :mod:`relay.queue.eventtypes`: the event type catalog;
@@ -31,6 +32,7 @@ from relay.queue.base import StoreBase, connect
 from relay.queue.counts import Counts
 from relay.queue.dashboard import Dashboard
 from relay.queue.endpoints import EndpointRecords
+from relay.queue.eventlist import EventFilter, EventListing
 from relay.queue.eventtypes import EventTypeRecords
 from relay.queue.facts import ServerFacts
 from relay.queue.migrate import Migrated, Migration
@@ -53,6 +55,7 @@ __all__ = [
     "Admission",
     "ClaimResult",
     "Claimed",
+    "EventFilter",
     "JobWrite",
     "Migrated",
     "Outcome",
@@ -70,6 +73,7 @@ __all__ = [
 class Store(
     Transitions,
     Dashboard,  # before Reads, whose subclass it is (it reads headers as Reads does)
+    EventListing,  # so is this one
     Reads,
     Counts,
     EndpointRecords,

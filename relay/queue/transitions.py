@@ -98,6 +98,7 @@ class Transitions(StoreBase):
                 filtered=filtered,
                 trace=trace,
                 deliver_at=deliver_at_ms,
+                idempotency_key=idempotency[0] if idempotency else "",
             ),
             created_ms,
             sk.wake,
@@ -110,6 +111,7 @@ class Transitions(StoreBase):
             derived = ids.is_delivery_of(delivery_id, event_id, i)
             args += [delivery_id, endpoint_id, "" if derived else "1"]
         keys += [sk.queued, sk.scheduled]
+        keys.append(sk.idempotency_index(idempotency[0]) if idempotency else event_key)
         args.append("" if deliver_at_ms is None else deliver_at_ms)
         args.append(sk.lane_prefix if lanes else "")
         for lane, on_dead in lanes or ():

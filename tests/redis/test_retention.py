@@ -19,7 +19,7 @@ import pytest
 import structlog
 
 from relay.delivery.worker import Worker
-from relay.domain import ids
+from relay.domain import endpointstats, ids
 from relay.domain.schema import endpoint_record
 from relay.ops.retention import NONE, Retention
 from relay.queue.store import Outcome, Store, connect
@@ -405,6 +405,7 @@ async def test_50k_deliveries_leave_memory_and_keys_where_they_started(
         ep = await add_endpoint(store, receiver.url + "/hook")
         start_keys = await keys_of(store)
         start_memory = await memory(store)
+        first_hour = endpointstats.hour_of(int(time.time() * 1000))
         assert set((await index_sizes(store, ep)).values()) == {0}
 
         stop = asyncio.Event()
@@ -438,14 +439,20 @@ async def test_50k_deliveries_leave_memory_and_keys_where_they_started(
         assert worker.stats.outcomes == {"succeeded": TOTAL}
         assert len(receiver.requests) == TOTAL
         assert set(sizes.values()) == {0}
-        # Left behind: only the endpoint's breaker hash and the shard's counters.
+        # Left behind: only the endpoint's breaker hash, the shard's counters and the
+        # endpoint's attempt counters of the hours the run spanned (each with its TTL).
         ek = store.keys.endpoint_state(ep)
+        hours = range(first_hour, endpointstats.hour_of(int(time.time() * 1000)) + 1)
+        counters = {store.keys.endpoint_stats(ep, str(h)) for h in hours}
         assert end_keys - start_keys <= {
             ek.breaker,
             ek.inflight,
             ek.rate,
             store.keys.shard(0).stats,
+            *counters,
         }
+        for key in counters & end_keys:
+            assert 0 < await store.redis.pttl(key) <= endpointstats.RETAIN_MS
         assert start_keys <= end_keys
         # Memory back within 64 KiB of the start (about 1 byte per delivery handled;
         # what is left is the breaker hash), while the data took megabytes on the way.

@@ -407,6 +407,21 @@ async def test_every_documented_answer_matches(
     await check("GET", evt, 200, path=f"/v1/events/{first['id']}")
     await check("GET", evt, 404, path=f"/v1/events/{UNKNOWN_EVT}")
     await check("GET", evt, 401, path=f"/v1/events/{first['id']}", session=anon)
+    page = await check("GET", evt, 200, path=f"/v1/events/{first['id']}?expand=deliveries")
+    assert {d["status"] for d in page["deliveries"]} == {"succeeded", "dead"}
+    await check("GET", evt, 422, path=f"/v1/events/{first['id']}?expand=everything")
+    events = "/v1/events"
+    listed = await check("GET", events, 200, path=events + "?limit=1")
+    assert listed["next_cursor"]
+    await check("GET", events, 200, path=events + "?idempotency_key=k1&status=dead")
+    await check("GET", events, 422, path=events + "?since=5&until=5")
+    await check("GET", events, 400, path=events + "?cursor=WzEuMCwiZXZ0X3giXQ")
+    await check("GET", events, 401, session=anon)
+    stats = "/v1/endpoints/{id}/stats"
+    await check("GET", stats, 200, path=f"/v1/endpoints/{gone['id']}/stats?window=24h")
+    await check("GET", stats, 422, path=f"/v1/endpoints/{gone['id']}/stats?window=2d")
+    await check("GET", stats, 404, path=f"/v1/endpoints/{UNKNOWN_EP}/stats")
+    await check("GET", stats, 401, path=f"/v1/endpoints/{gone['id']}/stats", session=anon)
 
     # -- deliveries
     page = await check("GET", "/v1/deliveries", 200, path="/v1/deliveries?limit=2")
@@ -514,6 +529,17 @@ async def test_every_documented_answer_matches(
     manager = await check("POST", keys, 201, json={"app": "other", "scopes": ["manage"]})
     as_other = {"Authorization": f"Bearer {manager['token']}"}
     await check("POST", portal, 404, path="/v1/apps/default/portal", headers=as_other)
+    brand = {"branding": {"name": "Acme", "accent_color": "#0a7cff"}}
+    opened = await check("POST", portal, 201, path="/v1/apps/default/portal", json=brand)
+    bad = {"branding": {"logo_url": "http://acme.example/x.png"}}
+    await check("POST", portal, 422, path="/v1/apps/default/portal", json=bad)
+    await check("POST", portal, 400, path="/v1/apps/default/portal", data=b"{", headers=json_type())
+    await check("POST", portal, 413, path="/v1/apps/default/portal", data=big, headers=json_type())
+    mine = "/v1/portal/session"
+    session = await check("GET", mine, 200, headers=auth(opened))
+    assert session["branding"] == brand["branding"] and session["app"] == "default"
+    await check("GET", mine, 404)
+    await check("GET", mine, 401, session=anon)
     test = "/v1/endpoints/{id}/test"
     await check("POST", test, 201, path=f"/v1/endpoints/{ok['id']}/test")
     await check("POST", test, 404, path=f"/v1/endpoints/{UNKNOWN_EP}/test")

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from aiohttp import web
 
 from relay.delivery.worker import Worker
-from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, UI_TIMEOUT_MS, chromium_installed
+from tests.helpers.browser import SHOTS, context, watch
 
 pytestmark = pytest.mark.realredis
 
@@ -35,59 +31,9 @@ async def portal_session(api: Any, app: str) -> dict[str, Any]:
     return made
 
 
-@pytest.fixture(scope="module")
-def cdp() -> Iterator[str]:
-    """One headless Chromium for the module; yields its DevTools websocket address."""
-    if not chromium_installed():
-        pytest.fail(f"Chromium not found at {CHROMIUM} (apt-get install chromium)", pytrace=False)
-    profile = tempfile.mkdtemp(prefix="relay-chromium-")
-    proc = subprocess.Popen(
-        [CHROMIUM, *CHROMIUM_ARGS, "--remote-debugging-port=0", f"--user-data-dir={profile}"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if m := re.search(r"DevTools listening on (ws://\S+)", line):
-                yield m.group(1)
-                break
-        else:
-            pytest.fail("Chromium did not print its DevTools address", pytrace=False)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-@asynccontextmanager
-async def context(cdp_url: str, **options: Any) -> AsyncIterator[Any]:
-    """A fresh browser context (own cookies and storage) on the module's Chromium."""
-    from playwright.async_api import async_playwright, expect
-
-    expect.set_options(timeout=UI_TIMEOUT_MS)
-    async with async_playwright() as pw:
-        browser = await pw.chromium.connect_over_cdp(cdp_url)
-        ctx = await browser.new_context(**options)
-        ctx.set_default_timeout(UI_TIMEOUT_MS)
-        try:
-            yield ctx
-        finally:
-            await ctx.close()
-            await browser.close()  # only the connection: the module's Chromium goes on
-
-
 async def fill(page: Any, label: str, value: str) -> None:
     """Type into the endpoint form's field of that label (the form is a <dialog>)."""
     await page.locator("dialog").get_by_label(label, exact=True).fill(value)
-
-
-def watch(page: Any) -> dict[str, list[Any]]:
-    """Uncaught page errors, and every request's URL and Referer, for the token checks."""
-    seen: dict[str, list[Any]] = {"errors": [], "requests": []}
-    page.on("pageerror", lambda e: seen["errors"].append(e))
-    page.on("request", lambda r: seen["requests"].append((r.url, r.headers.get("referer"))))
-    return seen
 
 
 def assert_token_kept(seen: dict[str, list[Any]], token: str) -> None:

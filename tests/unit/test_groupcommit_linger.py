@@ -211,7 +211,7 @@ async def test_the_worker_writes_a_capped_endpoints_verdict_at_once(
     worker._spawn(sk, Claimed("dlv_1", "tok_1", 1, 3, "e", "ep_1", "{}"), endpoint)
     if capped:
         await asyncio.wait_for(settles.written.wait(), FAIL_AFTER)
-        assert settles.calls == [("ep_1", [("tok_1", "1")])]
+        assert settles.calls == [("ep_1", [("tok_1", "1", "ok 0")])]
     else:
         for _ in range(50):
             await asyncio.sleep(0)
@@ -220,4 +220,4 @@ async def test_the_worker_writes_a_capped_endpoints_verdict_at_once(
     await asyncio.wait_for(worker._settler.drain(), FAIL_AFTER)
     await worker._settler.stop()
     await worker._recorder.stop()
-    assert ("ep_1", [("tok_1", "1")]) in settles.calls
+    assert ("ep_1", [("tok_1", "1", "ok 0")]) in settles.calls

@@ -23,6 +23,7 @@ RANK = {
     "sandbox": 2,
     "publishing": 3,
     "publish_errors": 2.5,  # the refusals publishing raises; below it, above sandbox
+    "eventsearch": 3,
     "ops": 3,
     "delivery": 4,
     "connectors": 4,

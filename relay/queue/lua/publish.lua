@@ -10,13 +10,16 @@
 -- KEYS[5..4+2n] per delivery, two keys: ShardKeys.delivery(id), ShardKeys.endpoint_index(ep)
 -- KEYS[5+2n] queued index (zset)      ShardKeys.queued (ordered lanes: waiting behind a head)
 -- KEYS[6+2n] scheduled index (zset)   ShardKeys.scheduled (only touched with a deliver_at)
+-- KEYS[7+2n] idempotency-key index (zset)  ShardKeys.idempotency_index(key); only touched
+--          when ARGV[1] == "1" (else the event key again, untouched)
 --
 -- ARGV[1]  "1" when an Idempotency-Key guards this publish
 -- ARGV[2]  idempotency value (JSON: body hash + first answer)   ARGV[3] its TTL, ms
 -- ARGV[4]  event id   ARGV[5] type   ARGV[6] app
 -- ARGV[7]  the event as stored: header line, newline, payload (relay/domain/eventrecord.py)
 -- ARGV[8]  created_at, ms        ARGV[9] wake channel
--- ARGV[10] retention, ms: an event with no delivery is not indexed and expires after it
+-- ARGV[10] retention, ms: an event with no delivery is not indexed and expires after it;
+--          the idempotency-key index expires that long after its last event
 -- ARGV[11] n, the number of deliveries
 -- ARGV[12..11+3n] per delivery: delivery id, endpoint id, "1" when its id does not derive
 --          from the event's (relay/domain/ids.py), else ""
@@ -38,9 +41,14 @@ if ARGV[1] == "1" then
   end
 end
 
+local n = tonumber(ARGV[11])
+if ARGV[1] == "1" then  -- the lookup by key, which outlives the idempotency record
+  redis.call("ZADD", KEYS[7 + 2 * n], ARGV[8], ARGV[4])
+  redis.call("PEXPIRE", KEYS[7 + 2 * n], ARGV[10])
+end
+
 local now = now_ms()
 local created = ARGV[8]
-local n = tonumber(ARGV[11])
 local at = tonumber(ARGV[12 + 3 * n])
 if at and at <= now then at = nil end
 local score = at or now

@@ -7,12 +7,17 @@
 --
 -- KEYS[1] breaker (hash)   EndpointKeys.breaker   KEYS[2] in-flight slots (zset)   EndpointKeys.inflight
 -- KEYS[3] ops outbox (list)  EndpointKeys.ops   KEYS[4] tombstone (string)  EndpointKeys.deleted
+-- KEYS[5] attempt counters of this hour (hash)  Keys.endpoint_stats(endpoint id, hour)
 -- ARGV[1] threshold   ARGV[2] base cooldown, ms   ARGV[3] max cooldown, ms
 -- ARGV[4] n, the number of results
 -- ARGV[5..4+2n] per result, two values: claim token, "1" success / "0" failure (or
 --           "0@<ms>": a failure and when its request was sent, worker clock) / "-" neutral
 --           (neutral: no verdict on the endpoint's health, e.g. 429 pacing)
 -- ARGV[5+2n] ops entry id (fresh per call)   ARGV[6+2n] endpoint id
+-- ARGV[7+2n] the counters' field prefix: "<minute of the hour>:"   ARGV[8+2n] their TTL, ms
+-- ARGV[9+2n] m, the number of counters to add to (0: KEYS[5] is not touched)
+-- ARGV[10+2n..9+2n+2m] per counter, two values: its name (relay/domain/endpointstats.py)
+--           and what to add
 --
 -- Returns {state, consecutive failures, open_until, failing_since (ms or 0), last_success_at,
 --          ops entries appended}
@@ -107,6 +112,12 @@ for i = 1, n do
 end
 
 if n > 0 then redis.call("ZREM", KEYS[2], unpack(tokens)) end
+local field_prefix, m = ARGV[7 + 2 * n], tonumber(ARGV[9 + 2 * n])
+for i = 1, m do
+  local at = 8 + 2 * n + 2 * i
+  redis.call("HINCRBY", KEYS[5], field_prefix .. ARGV[at], ARGV[at + 1])
+end
+if m > 0 then redis.call("PEXPIRE", KEYS[5], ARGV[8 + 2 * n]) end
 local write, gone = {}, {}
 for _, k in ipairs(names) do
   if dirty[k] then
