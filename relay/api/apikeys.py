@@ -184,19 +184,29 @@ async def portal_session(request: web.Request) -> web.Response:
     except ValidationError:
         raise ApiError(422, "validation_error", f"app: {app!r} is not an app name") from None
     settings = request.app[SETTINGS]
+    opened = await open_session(
+        request, app, sorted(access.PORTAL_SCOPES), int(settings.portal_ttl * 1000)
+    )
+    return json(opened, status=201)
+
+
+async def open_session(
+    request: web.Request, app: str, scopes: list[str], ttl_ms: int
+) -> dict[str, Any]:
+    """A portal session of ``app``: ``url`` (the token in the fragment), ``token`` and
+    ``expires_at``. Opened by a key, it ends when that key is revoked."""
     base = base_url(request)  # before anything is written
     who = principal(request)
     token = access.new_token(access.PORTAL_TOKEN_PREFIX)
     expires_at = await request.app[STORE].create_portal_session(
         session_id=access.new_portal_id(),
         app=app,
-        scopes=sorted(access.PORTAL_SCOPES),
+        scopes=scopes,
         token_hash=access.token_hash(token),
-        ttl_ms=int(settings.portal_ttl * 1000),
+        ttl_ms=ttl_ms,
         opened_by=None if who.is_admin else who.id,  # revoking that key ends the session
     )
-    url = f"{base}/portal/#token={token}"
-    return json({"url": url, "token": token, "expires_at": expires_at}, status=201)
+    return {"url": f"{base}/portal/#token={token}", "token": token, "expires_at": expires_at}
 
 
 @route(

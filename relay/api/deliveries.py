@@ -52,7 +52,7 @@ async def listing(
             event_id=getattr(q, "event_id", None),
             event_type=q.type,
             limit=q.limit,
-            cursor=await _position(request, q.cursor),
+            cursor=await cursor_position(request, q.cursor),
             app=app,
         )
     except ValueError:  # a position relay sealed but cannot read: its own older format
@@ -68,7 +68,7 @@ def _invalid_cursor() -> ApiError:
     )
 
 
-async def _position(request: web.Request, cursor: str | None) -> str | None:
+async def cursor_position(request: web.Request, cursor: str | None) -> str | None:
     """The position a sealed cursor holds, or 400 ``invalid_cursor``."""
     if not cursor:
         return None
