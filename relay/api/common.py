@@ -152,6 +152,7 @@ class RouteSpec:
     headers: dict[str, str] = field(default_factory=dict)  # request header: description
     auth: bool = True
     body_required: bool = True  # False: the body may be left out (OpenAPI says so)
+    creates: bool = False  # a PUT that creates what it does not find: never 404
 
 
 ROUTES: list[RouteSpec] = []
@@ -172,6 +173,7 @@ def route(
     headers: dict[str, str] | None = None,
     auth: bool = True,
     body_required: bool = True,
+    creates: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Declare an operation of the API: routed, and described in the OpenAPI document."""
 
@@ -192,6 +194,7 @@ def route(
                 headers=headers or {},
                 auth=auth,
                 body_required=body_required,
+                creates=creates,
             )
         )
         return handler

@@ -120,7 +120,7 @@ def errors_of(spec: RouteSpec) -> dict[int, list[str]]:
     if spec.auth:  # relay.api.access, then Redis (relay.api.common.errors_and_auth)
         add(401, "unauthorized", "token_expired")
         add(403, "forbidden")
-        if "{" in spec.path:
+        if "{" in spec.path and not spec.creates:
             add(404, "not_found")
         add(429, "rate_limited")
         add(503, "unavailable")

@@ -5,7 +5,6 @@ checked with the SDK's own webhook verifier, and an app's key held to its app.""
 from __future__ import annotations
 
 import json
-
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 from svix.api import (
-    AppPortalAccessIn,
     ApplicationIn,
+    AppPortalAccessIn,
     EndpointCreateOptions,
     EndpointHeadersPatchIn,
     EndpointIn,

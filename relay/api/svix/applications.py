@@ -104,6 +104,9 @@ async def app_or_create(request: web.Request, given: SvixApplicationIn | None) -
     operation_id="svixCreateApplication",
     tag=TAG,
     body=SvixApplicationIn,
+    examples={
+        "shop": ("An application whose id is the relay app shop", {"name": "Shop", "uid": "shop"})
+    },
     query=CreateQuery,
     headers=POST_HEADERS,
     responses={201: SvixApplicationOut, 200: SvixApplicationOut},
@@ -181,14 +184,17 @@ def _renamed(data: SvixApplicationIn | SvixApplicationPatch, app: str) -> None:
     operation_id="svixUpsertApplication",
     tag=TAG,
     body=SvixApplicationIn,
+    examples={"rename": ("Its name and metadata", {"name": "Shop", "metadata": {"tier": "gold"}})},
     responses={200: SvixApplicationOut, 201: SvixApplicationOut},
-    errors={409: ("conflict",), 422: ("unsupported",)},
+    errors={422: ("unsupported",)},
 )
 async def upsert(request: web.Request) -> web.Response:
     """The application of this id with this name and metadata, created when new."""
     data, _ = await body(request, SvixApplicationIn)
     refuse_set(data, UNSUPPORTED)
     name = request.match_info["app_id"]
+    if scoped_app(request) not in (None, name):  # another app's: as a missing one
+        raise ApiError(404, "not_found", f"application {name} does not exist")
     _renamed(data, name)
     record, created = await ensure(request, data.model_copy(update={"uid": name}))
     if created:
@@ -204,8 +210,9 @@ async def upsert(request: web.Request) -> web.Response:
     operation_id="svixPatchApplication",
     tag=TAG,
     body=SvixApplicationPatch,
+    examples={"metadata": ("New metadata", {"metadata": {"tier": "gold"}})},
     responses={200: SvixApplicationOut},
-    errors={409: ("conflict",), 422: ("unsupported",)},
+    errors={422: ("unsupported",)},
 )
 async def patch(request: web.Request) -> web.Response:
     """Change the name or the metadata given; the rest stays."""

@@ -189,6 +189,7 @@ async def destinations(request: web.Request) -> web.Response:
     """Each endpoint the message has a delivery to, with that delivery's status and
     next attempt (a deleted endpoint is left out)."""
     event, _ = await message_of(request, await app_of(request))
+    query(request, ListQuery)  # one page: an event has at most 1,024 deliveries
     store = request.app[STORE]
     out = []
     for d in event["deliveries"]:

@@ -114,6 +114,16 @@ async def _write(request: web.Request, endpoint_id: str, changes: dict[str, Any]
     operation_id="svixCreateEndpoint",
     tag=TAG,
     body=SvixEndpointIn,
+    examples={
+        "orders": (
+            "Order events, at most 50 requests/s",
+            {
+                "url": "https://hooks.example.com/svix",
+                "eventTypes": ["order.paid"],
+                "throttleRate": 50,
+            },
+        )
+    },
     headers=POST_HEADERS,
     responses={201: SvixEndpointOut},
     errors={
@@ -176,6 +186,7 @@ async def read(request: web.Request) -> web.Response:
     operation_id="svixUpdateEndpoint",
     tag=TAG,
     body=SvixEndpointUpdate,
+    examples={"all": ("Every event type, enabled", {"url": "https://hooks.example.com/svix"})},
     responses={200: SvixEndpointOut},
     errors={422: ("unsupported", "unknown_event_type")},
 )
@@ -195,6 +206,7 @@ async def update(request: web.Request) -> web.Response:
     operation_id="svixPatchEndpoint",
     tag=TAG,
     body=SvixEndpointPatch,
+    examples={"disable": ("Disable it: its deliveries are held", {"disabled": True})},
     responses={200: SvixEndpointOut},
     errors={422: ("unsupported", "unknown_event_type")},
 )
@@ -248,6 +260,7 @@ async def secret(request: web.Request) -> web.Response:
     operation_id="svixRotateEndpointSecret",
     tag=TAG,
     body=SvixSecretRotateIn,
+    examples={"fresh": ("A secret relay makes", {})},
     body_required=False,
     headers=POST_HEADERS,
     responses={200: SvixSecretOut},
@@ -304,6 +317,7 @@ async def headers(request: web.Request) -> web.Response:
     operation_id="svixSetEndpointHeaders",
     tag=TAG,
     body=SvixHeadersIn,
+    examples={"team": ("One custom header", {"headers": {"x-team": "billing"}})},
     responses={204: None},
 )
 async def set_headers(request: web.Request) -> web.Response:
@@ -321,6 +335,12 @@ async def set_headers(request: web.Request) -> web.Response:
     operation_id="svixPatchEndpointHeaders",
     tag=TAG,
     body=SvixHeadersPatchIn,
+    examples={
+        "team": (
+            "Add one, delete another",
+            {"headers": {"x-team": "billing"}, "deleteHeaders": ["x-old"]},
+        )
+    },
     responses={204: None},
 )
 async def patch_headers(request: web.Request) -> web.Response:
@@ -340,6 +360,7 @@ async def patch_headers(request: web.Request) -> web.Response:
     operation_id="svixRecoverEndpoint",
     tag=TAG,
     body=SvixRecoverIn,
+    examples={"since": ("What died since a time", {"since": "2026-12-01T00:00:00Z"})},
     headers=POST_HEADERS,
     responses={202: SvixRecoverOut},
     errors={409: ("conflict", "idempotency_key_reused")},

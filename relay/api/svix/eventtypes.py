@@ -114,6 +114,16 @@ async def _update(request: web.Request, changes: dict[str, Any]) -> dict[str, An
     operation_id="svixCreateEventType",
     tag=TAG,
     body=SvixEventTypeIn,
+    examples={
+        "paid": (
+            "A type with a schema",
+            {
+                "name": "order.paid",
+                "description": "An order was paid",
+                "schemas": {"1": {"type": "object", "required": ["order"]}},
+            },
+        )
+    },
     headers=POST_HEADERS,
     responses={201: SvixEventTypeOut},
     errors={
@@ -173,8 +183,10 @@ async def read(request: web.Request) -> web.Response:
     operation_id="svixUpsertEventType",
     tag=TAG,
     body=SvixEventTypeUpsertIn,
+    creates=True,
+    examples={"paid": ("Its description", {"description": "An order was paid"})},
     responses={200: SvixEventTypeOut, 201: SvixEventTypeOut},
-    errors={409: ("event_type_exists",), 422: ("unsupported", "schema_invalid")},
+    errors={422: ("unsupported", "schema_invalid")},
 )
 async def upsert(request: web.Request) -> web.Response:
     """The type with this description, schema and deprecation, created when new."""
@@ -193,6 +205,7 @@ async def upsert(request: web.Request) -> web.Response:
     operation_id="svixPatchEventType",
     tag=TAG,
     body=SvixEventTypePatch,
+    examples={"deprecate": ("Deprecate it", {"deprecated": True})},
     responses={200: SvixEventTypeOut},
     errors={422: ("unsupported", "schema_invalid")},
 )

@@ -112,6 +112,12 @@ async def message_of(request: web.Request, app: str) -> tuple[dict[str, Any], st
     operation_id="svixCreateMessage",
     tag=TAG,
     body=SvixMessageIn,
+    examples={
+        "paid": (
+            "An order.paid message, idempotent by its eventId",
+            {"eventType": "order.paid", "eventId": "order-1001-paid", "payload": {"order": 1001}},
+        )
+    },
     query=ContentQuery,
     headers=POST_HEADERS,
     responses={202: SvixMessageOut},

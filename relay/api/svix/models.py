@@ -234,6 +234,8 @@ class SvixEventTypeOut(Camel):
     schemas: dict[str, Any] | None
     created_at: datetime
     updated_at: datetime
+    group_name: str | None = Field(default=None, description="always null: no groups")
+    feature_flags: list[str] | None = Field(default=None, description="always null")
 
 
 class SvixPortalAccessIn(CamelIn):

@@ -38,6 +38,7 @@ def scopes_of(data: SvixPortalAccessIn) -> list[str]:
     operation_id="svixAppPortalAccess",
     tag=TAG,
     body=SvixPortalAccessIn,
+    examples={"read": ("A read-only session", {"readOnly": True})},
     body_required=False,
     headers=POST_HEADERS,
     responses={200: SvixPortalAccessOut},
