@@ -1,10 +1,15 @@
-"""The official Svix Python SDK (``svix``, pinned in the test extra), unpatched, against a
-``relay api`` and a ``relay worker`` process: every call of the core flow, every delivery
-checked with the SDK's own webhook verifier, and an app's key held to its app."""
+"""The official Svix SDKs, unpatched, against a ``relay api`` and a ``relay worker``
+process: the Python one (``svix``, pinned in the test extra) and the JavaScript one (the
+``svix`` npm package tools/package.json pins, driven by tests/data/svix_flow.mjs). Every
+call of the core flow, every delivery checked with the SDK's own webhook verifier, and an
+app's key held to its app."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -246,3 +251,31 @@ async def test_the_python_sdk_runs_the_core_flow(
                 await call
             assert (hidden.value.status_code, hidden.value.code) == (404, "not_found")
         assert receiver.for_path("/rival") == []
+
+
+ROOT = Path(__file__).resolve().parents[2]
+SDK = ROOT / "tools" / "node_modules" / "svix" / "dist" / "index.mjs"
+
+
+async def test_the_javascript_sdk_runs_the_core_flow(redis_server: Any, tmp_path: Path) -> None:
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed: the JavaScript SDK cannot run")
+    assert SDK.exists(), "the svix npm package is not installed: `make setup` runs npm ci"
+    async with running_relay(redis_server.url, tmp_path) as url:
+        env = {
+            **os.environ,
+            "RELAY_URL": url,
+            "RELAY_TOKEN": ADMIN,
+            "KEY_TOKEN": await app_key(url, "shop", ["publish", "manage"]),
+            "SVIX_MODULE": str(SDK),
+        }
+        proc = await asyncio.create_subprocess_exec(
+            "node",
+            str(ROOT / "tests" / "data" / "svix_flow.mjs"),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert out.decode().strip() == "ok"
