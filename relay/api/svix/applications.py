@@ -21,7 +21,7 @@ from relay.api.common import STORE, ApiError, body, json, query, route
 from relay.api.svix.base import (
     IDEMPOTENCY_DOC,
     IDEMPOTENCY_HEADER,
-    ListQuery,
+    OrderedQuery,
     app_record,
     idempotent,
     page,
@@ -35,6 +35,7 @@ from relay.api.svix.models import (
     listing,
 )
 from relay.domain import ids
+from relay.domain.schema import Strict
 from relay.endpoints.lifecycle import Lifecycle
 
 TAG = "Svix-compatible API"
@@ -54,7 +55,7 @@ def application_out(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class CreateQuery(ListQuery):
+class CreateQuery(Strict):
     get_if_exists: bool = False
 
 
@@ -131,12 +132,12 @@ async def create(request: web.Request) -> web.Response:
     summary="List applications",
     operation_id="svixListApplications",
     tag=TAG,
-    query=ListQuery,
+    query=OrderedQuery,
     responses={200: listing(SvixApplicationOut)},
 )
 async def list_(request: web.Request) -> web.Response:
     """Every application, by id (an app's key sees its own only)."""
-    q = query(request, ListQuery)
+    q = query(request, OrderedQuery)
     own = scoped_app(request)
     apps = [a for a in await request.app[STORE].list_apps() if own in (None, a["app"])]
     if q.iterator:

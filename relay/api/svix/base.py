@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from aiohttp import web
@@ -107,6 +107,12 @@ class ListQuery(Strict):
 
     limit: Annotated[int, Field(ge=1, le=250)] = 50
     iterator: Annotated[str | None, Field(max_length=512)] = None
+
+
+class OrderedQuery(ListQuery):
+    """A list in relay's one order, by id (``order=descending`` is 422)."""
+
+    order: Literal["ascending"] = Field(default="ascending", description="by id")
 
 
 def page(data: list[dict[str, Any]], iterator: str | None) -> web.Response:

@@ -17,7 +17,7 @@ from aiohttp import web
 from relay.api.common import STORE, ApiError, body, json, query, route
 from relay.api.svix.applications import POST_HEADERS, TAG
 from relay.api.svix.base import (
-    ListQuery,
+    OrderedQuery,
     app_of,
     endpoint_of,
     idempotent,
@@ -151,13 +151,13 @@ async def create(request: web.Request) -> web.Response:
     summary="List an application's endpoints",
     operation_id="svixListEndpoints",
     tag=TAG,
-    query=ListQuery,
+    query=OrderedQuery,
     responses={200: listing(SvixEndpointOut)},
 )
 async def list_(request: web.Request) -> web.Response:
     """The application's endpoints, by id."""
     app = await app_of(request)
-    q = query(request, ListQuery)
+    q = query(request, OrderedQuery)
     endpoints = sorted(await request.app[STORE].list_endpoints(app), key=lambda e: e["id"])
     if q.iterator:
         endpoints = [e for e in endpoints if e["id"] > q.iterator]

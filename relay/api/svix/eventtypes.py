@@ -8,7 +8,7 @@ shared by every app: keys read it, the operator writes it.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from aiohttp import web
 from pydantic import Field
@@ -16,7 +16,7 @@ from pydantic import Field
 from relay.api.common import STORE, ApiError, body, json, query, route
 from relay.api.svix.applications import POST_HEADERS, TAG
 from relay.api.svix.base import (
-    ListQuery,
+    OrderedQuery,
     idempotent,
     not_found,
     page,
@@ -43,10 +43,9 @@ UNSUPPORTED = {
 VERSION = "1"  # the one schema version relay keeps
 
 
-class EventTypeQuery(ListQuery):
+class EventTypeQuery(OrderedQuery):
     with_content: bool = Field(default=True, description="false: schemas left out (null)")
     include_archived: bool = Field(default=False, description="accepted: none is archived")
-    order: Literal["ascending"] = Field(default="ascending", description="by name")
 
 
 def event_type_out(record: dict[str, Any], with_content: bool = True) -> dict[str, Any]:
