@@ -23,6 +23,7 @@ from relay.api.svix.base import (
     IDEMPOTENCY_HEADER,
     OrderedQuery,
     app_record,
+    by_key,
     idempotent,
     page,
     refuse_set,
@@ -140,11 +141,8 @@ async def list_(request: web.Request) -> web.Response:
     q = query(request, OrderedQuery)
     own = scoped_app(request)
     apps = [a for a in await request.app[STORE].list_apps() if own in (None, a["app"])]
-    if q.iterator:
-        apps = [a for a in apps if a["app"] > q.iterator]
-    more = len(apps) > q.limit
-    apps = apps[: q.limit]
-    return page([application_out(a) for a in apps], apps[-1]["app"] if more else None)
+    apps, iterator = by_key(apps, "app", q)
+    return page([application_out(a) for a in apps], iterator)
 
 
 @route(

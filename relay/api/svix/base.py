@@ -115,6 +115,18 @@ class OrderedQuery(ListQuery):
     order: Literal["ascending"] = Field(default="ascending", description="by id")
 
 
+def by_key(
+    items: list[dict[str, Any]], key: str, q: ListQuery
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of ``items`` (sorted by ``key``) after ``q.iterator``, and the next page's
+    iterator: the last ``key`` of this page, when more follow."""
+    if q.iterator:
+        items = [i for i in items if i[key] > q.iterator]
+    more = len(items) > q.limit
+    items = items[: q.limit]
+    return items, str(items[-1][key]) if more else None
+
+
 def page(data: list[dict[str, Any]], iterator: str | None) -> web.Response:
     """A list answer: ``{data, iterator, prevIterator, done}``."""
     return json(

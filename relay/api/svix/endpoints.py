@@ -19,6 +19,7 @@ from relay.api.svix.applications import POST_HEADERS, TAG
 from relay.api.svix.base import (
     OrderedQuery,
     app_of,
+    by_key,
     endpoint_of,
     idempotent,
     ms,
@@ -159,11 +160,8 @@ async def list_(request: web.Request) -> web.Response:
     app = await app_of(request)
     q = query(request, OrderedQuery)
     endpoints = sorted(await request.app[STORE].list_endpoints(app), key=lambda e: e["id"])
-    if q.iterator:
-        endpoints = [e for e in endpoints if e["id"] > q.iterator]
-    more = len(endpoints) > q.limit
-    endpoints = endpoints[: q.limit]
-    return page([endpoint_out(e) for e in endpoints], endpoints[-1]["id"] if more else None)
+    endpoints, iterator = by_key(endpoints, "id", q)
+    return page([endpoint_out(e) for e in endpoints], iterator)
 
 
 @route(

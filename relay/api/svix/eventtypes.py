@@ -14,9 +14,11 @@ from aiohttp import web
 from pydantic import Field
 
 from relay.api.common import STORE, ApiError, body, json, query, route
+from relay.api.eventtypes import schema_invalid
 from relay.api.svix.applications import POST_HEADERS, TAG
 from relay.api.svix.base import (
     OrderedQuery,
+    by_key,
     idempotent,
     not_found,
     page,
@@ -82,16 +84,12 @@ def changes_of(data: SvixEventTypeIn | SvixEventTypeUpsertIn | SvixEventTypePatc
     return out
 
 
-def _schema_invalid(exc: SchemaInvalid) -> ApiError:
-    return ApiError(422, "schema_invalid", str(exc))
-
-
 async def _create(request: web.Request, name: str, changes: dict[str, Any]) -> web.Response:
     fields = EventTypeIn.model_validate(relay_fields(EventTypeIn, {**changes, "name": name}))
     try:
         record = await Catalog(request.app[STORE]).create(fields)
     except SchemaInvalid as exc:
-        raise _schema_invalid(exc) from None
+        raise schema_invalid(exc) from None
     except EventTypeExists as exc:
         raise ApiError(409, "event_type_exists", str(exc)) from None
     return json(event_type_out(record), status=201)
@@ -103,7 +101,7 @@ async def _update(request: web.Request, changes: dict[str, Any]) -> dict[str, An
     try:
         return await Catalog(request.app[STORE]).update(name, checked)
     except SchemaInvalid as exc:
-        raise _schema_invalid(exc) from None
+        raise schema_invalid(exc) from None
 
 
 @route(
@@ -150,12 +148,8 @@ async def list_(request: web.Request) -> web.Response:
     """Every event type, by name."""
     q = query(request, EventTypeQuery)
     types = await request.app[STORE].list_event_types()
-    if q.iterator:
-        types = [t for t in types if t["name"] > q.iterator]
-    more = len(types) > q.limit
-    types = types[: q.limit]
-    data = [event_type_out(t, q.with_content) for t in types]
-    return page(data, types[-1]["name"] if more else None)
+    types, iterator = by_key(types, "name", q)
+    return page([event_type_out(t, q.with_content) for t in types], iterator)
 
 
 @route(
