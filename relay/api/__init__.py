@@ -35,6 +35,7 @@ from relay.api.common import (
     errors_and_auth,
     max_request_bytes,
 )
+from relay.api.svix import routes as svix_routes  # noqa: F401  (/api/v1)
 from relay.endpoints.cache import EndpointCache
 from relay.endpoints.catalog import EventTypeCache
 from relay.publishing import Publisher

@@ -1,4 +1,5 @@
-"""Who may call which ``/v1`` route: the bearer token's principal and the route's rule.
+"""Who may call which ``/v1`` or ``/api/v1`` route: the bearer token's principal and
+the route's rule.
 
 Every ``/v1`` route has one line in :data:`RULES` (``"METHOD /path"`` -> a
 :class:`relay.domain.access.Rule`); a route without one is the operator's only (fail
@@ -28,6 +29,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from relay.api.svix.rules import RULES as SVIX_RULES
 from relay.domain import access
 from relay.domain.access import ADMIN, ADMIN_ONLY, Principal, Rule
 from relay.queue.store import Store
@@ -83,6 +85,7 @@ RULES: dict[str, Rule] = {
     "POST /v1/event-types": ADMIN_ONLY,
     "PATCH /v1/event-types/{name}": ADMIN_ONLY,
     "DELETE /v1/event-types/{name}": ADMIN_ONLY,
+    **SVIX_RULES,  # the Svix-compatible API's, /api/v1 (relay.api.svix.rules)
 }
 
 

@@ -204,21 +204,36 @@ async def portal_session(request: web.Request) -> web.Response:
     given = (await body(request, PortalIn))[0] if request.can_read_body else PortalIn()
     branding = given.branding.model_dump(exclude_none=True) if given.branding else None
     settings = request.app[SETTINGS]
+    opened = await open_session(
+        request, app, sorted(access.PORTAL_SCOPES), int(settings.portal_ttl * 1000), branding
+    )
+    return json(opened, status=201)
+
+
+async def open_session(
+    request: web.Request,
+    app: str,
+    scopes: list[str],
+    ttl_ms: int,
+    branding: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A portal session of ``app``: ``url`` (the token in the fragment), ``token``,
+    ``expires_at`` and the ``branding`` it was opened with (None: none). Opened by a key,
+    it ends when that key is revoked."""
     base = base_url(request)  # before anything is written
     who = principal(request)
     token = access.new_token(access.PORTAL_TOKEN_PREFIX)
     expires_at = await request.app[STORE].create_portal_session(
         session_id=access.new_portal_id(),
         app=app,
-        scopes=sorted(access.PORTAL_SCOPES),
+        scopes=scopes,
         token_hash=access.token_hash(token),
-        ttl_ms=int(settings.portal_ttl * 1000),
+        ttl_ms=ttl_ms,
         opened_by=None if who.is_admin else who.id,  # revoking that key ends the session
         branding=branding or None,
     )
     url = f"{base}/portal/#token={token}"
-    answer = {"url": url, "token": token, "expires_at": expires_at, "branding": branding or None}
-    return json(answer, status=201)
+    return {"url": url, "token": token, "expires_at": expires_at, "branding": branding or None}
 
 
 @route(

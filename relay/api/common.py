@@ -18,6 +18,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from pydantic import BaseModel, ValidationError
 
 from relay.api import access, bodies
+from relay.api.svix import errors as svix_errors
 from relay.domain import jsonlimits
 from relay.domain.schema import refusal
 from relay.endpoints.cache import EndpointCache
@@ -151,6 +152,7 @@ class RouteSpec:
     headers: dict[str, str] = field(default_factory=dict)  # request header: description
     auth: bool = True
     body_required: bool = True  # False: the body may be left out (OpenAPI says so)
+    creates: bool = False  # a PUT that creates what it does not find: never 404
 
 
 ROUTES: list[RouteSpec] = []
@@ -171,6 +173,7 @@ def route(
     headers: dict[str, str] | None = None,
     auth: bool = True,
     body_required: bool = True,
+    creates: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Declare an operation of the API: routed, and described in the OpenAPI document."""
 
@@ -191,6 +194,7 @@ def route(
                 headers=headers or {},
                 auth=auth,
                 body_required=body_required,
+                creates=creates,
             )
         )
         return handler
@@ -230,15 +234,17 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     try:
         answer = await _answer(request, handler)
     except web.HTTPException as exc:
+        if request.path.startswith(svix_errors.PREFIX):  # the Svix SDKs' error shape
+            exc = svix_errors.translate(exc)
         _announce_close(request, exc)
-        raise
+        raise exc from None
     _announce_close(request, answer)
     return answer
 
 
 async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
-        if request.path.startswith("/v1/"):
+        if request.path.startswith(("/v1/", svix_errors.PREFIX)):
             # who is asking, and may they (relay.api.access: one rule per route)
             await access.authorize(request, ApiError, request.app[STORE], request.app[SETTINGS])
         return await handler(request)

@@ -53,7 +53,7 @@ async def listing(
             event_id=getattr(q, "event_id", None),
             event_type=q.type,
             limit=q.limit,
-            cursor=await position_of(request, q.cursor),
+            cursor=await cursor_position(request, q.cursor),
             app=app,
         )
     except ValueError:  # a position relay sealed but cannot read: its own older format
@@ -76,7 +76,7 @@ def invalid_cursor() -> ApiError:
     )
 
 
-async def position_of(request: web.Request, cursor: str | None) -> str | None:
+async def cursor_position(request: web.Request, cursor: str | None) -> str | None:
     """The position a sealed cursor holds, or 400 ``invalid_cursor``."""
     if not cursor:
         return None

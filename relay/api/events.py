@@ -9,7 +9,7 @@ from aiohttp import web
 from relay import tracing
 from relay.api.access import pinned_app
 from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, query, route
-from relay.api.deliveries import invalid_cursor, position_of, sealed
+from relay.api.deliveries import cursor_position, invalid_cursor, sealed
 from relay.api.eventmodels import EventList, EventPage, EventPageQuery, EventQuery
 from relay.api.models import EventOut, EventPublishIn
 from relay.api.sentheaders import sent_headers
@@ -158,7 +158,7 @@ async def list_(request: web.Request) -> web.Response:
         until=q.until,
         idempotency_key=q.idempotency_key,
     )
-    position = await position_of(request, q.cursor)
+    position = await cursor_position(request, q.cursor)
     try:
         rows, after = await list_events(request.app[STORE], f, limit=q.limit, position=position)
     except ValueError:  # a position relay sealed but cannot read: its own older format

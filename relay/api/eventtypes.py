@@ -30,7 +30,7 @@ class EventTypeList(BaseModel):
     data: list[EventTypeOut]
 
 
-def _schema_invalid(exc: SchemaInvalid) -> ApiError:
+def schema_invalid(exc: SchemaInvalid) -> ApiError:
     return ApiError(422, "schema_invalid", str(exc))
 
 
@@ -72,7 +72,7 @@ async def create(request: web.Request) -> web.Response:
     try:
         record = await Catalog(request.app[STORE]).create(data)
     except SchemaInvalid as exc:
-        raise _schema_invalid(exc) from None
+        raise schema_invalid(exc) from None
     except EventTypeExists as exc:
         raise ApiError(409, "event_type_exists", str(exc)) from None
     return json(record, status=201)
@@ -131,7 +131,7 @@ async def patch(request: web.Request) -> web.Response:
             name, data.model_dump(exclude_unset=True, by_alias=True)
         )
     except SchemaInvalid as exc:
-        raise _schema_invalid(exc) from None
+        raise schema_invalid(exc) from None
     return json(found(record, "event type", name))
 
 

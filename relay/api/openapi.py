@@ -16,6 +16,9 @@ from typing import Any
 from relay import __version__
 from relay.api.common import ROUTES, RouteSpec
 from relay.api.models import ErrorOut
+from relay.api.svix.errors import PREFIX as SVIX_PREFIX
+from relay.api.svix.errors import shape as svix_shape
+from relay.api.svix.models import SvixErrorOut
 
 TAGS = {
     "Endpoints": "Where events go: a URL, the event types it subscribes to, its signing "
@@ -29,6 +32,10 @@ TAGS = {
     "Tenants": "API keys scoped to one app, and portal sessions for an app's own customers.",
     "Dashboard": "The reads behind the dashboard at /ui/ (the operator's).",
     "Operations": "Health, readiness, metrics, queue statistics and this document.",
+    "Svix-compatible API": "/api/v1: the routes the official Svix SDKs call (applications, "
+    "endpoints, messages, attempts, event types, app portal access), over the same services "
+    "as /v1. camelCase fields, lists as {data, iterator, prevIterator, done}, errors as "
+    "{code, detail}; what relay does not have is refused with a 4xx (docs/guides/svix.md).",
 }
 
 ERRORS = {
@@ -69,6 +76,7 @@ ERRORS = {
     "invalid_cursor": "a cursor relay did not make for this caller; list from the start",
     "public_url_required": "the Host is not loopback and RELAY_PUBLIC_URL is not set",
     "request_timeout": "the body did not arrive within RELAY_BODY_TIMEOUT",
+    "unsupported": "a Svix feature relay does not have (docs/guides/svix.md lists each)",
 }
 
 PATH_PARAMS = {
@@ -79,6 +87,12 @@ PATH_PARAMS = {
     "api-keys": "the API key's id (key_...)",
     "event-types": "the event type's name (a / in it is sent as %2F)",
     "apps": "the app's name",
+    "app": "the application's id: its relay app name (its uid)",
+    "app-portal-access": "the application's id: its relay app name (its uid)",
+    "endpoint": "the endpoint's id (ep_...)",
+    "msg": "the message's id (evt_...) or its eventId",
+    "attempt": "the attempt's id (atmpt_...)",
+    "event-type": "the event type's name",
 }
 
 # the SPDX identifier of the license, as pyproject.toml declares it
@@ -109,7 +123,7 @@ def errors_of(spec: RouteSpec) -> dict[int, list[str]]:
     if spec.auth:  # relay.api.access, then Redis (relay.api.common.errors_and_auth)
         add(401, "unauthorized", "token_expired")
         add(403, "forbidden")
-        if "{" in spec.path:
+        if "{" in spec.path and not spec.creates:
             add(404, "not_found")
         add(429, "rate_limited")
         add(503, "unavailable")
@@ -118,17 +132,23 @@ def errors_of(spec: RouteSpec) -> dict[int, list[str]]:
     return dict(sorted(codes.items()))
 
 
-def _error_answer(status: int, codes: list[str]) -> dict[str, Any]:
+def _error_answer(status: int, codes: list[str], svix: bool = False) -> dict[str, Any]:
+    """One status's error answer: relay's ``{error, message}``, or on ``/api/v1``
+    Svix's ``{code, detail}``."""
     lines = "\n".join(f"- `{code}`: {ERRORS[code]}" for code in codes)
-    examples = {
-        code: {"summary": ERRORS[code], "value": {"error": code, "message": ERRORS[code]}}
-        for code in codes
-    }
+    model = SvixErrorOut if svix else ErrorOut
+    examples = {}
+    for code in codes:
+        value = {"error": code, "message": ERRORS[code]}
+        examples[code] = {
+            "summary": ERRORS[code],
+            "value": svix_shape(status, value) if svix else value,
+        }
     return {
         "description": f"{HTTPStatus(status).phrase}.\n\n{lines}",
         "content": {
             "application/json": {
-                "schema": {"$ref": f"#/components/schemas/{ErrorOut.__name__}"},
+                "schema": {"$ref": f"#/components/schemas/{model.__name__}"},
                 "examples": examples,
             }
         },
@@ -203,7 +223,8 @@ def _operation(spec: RouteSpec, ref: Any) -> dict[str, Any]:
     for status, model in sorted((spec.responses or {200: None}).items()):
         responses[str(status)] = _success(status, model, ref)
     for status, codes in errors_of(spec).items():
-        responses.setdefault(str(status), _error_answer(status, codes))
+        svix = spec.path.startswith(SVIX_PREFIX)
+        responses.setdefault(str(status), _error_answer(status, codes, svix))
     op["responses"] = dict(sorted(responses.items()))
     return op
 
@@ -221,6 +242,7 @@ def openapi_document(public_url: str = "") -> dict[str, Any]:
         return {"$ref": f"#/components/schemas/{model.__name__}"}
 
     ref(ErrorOut)  # every error answer's schema
+    ref(SvixErrorOut)  # on /api/v1
     paths: dict[str, Any] = {}
     for spec in ROUTES:
         paths.setdefault(spec.path, {})[spec.method.lower()] = _operation(spec, ref)

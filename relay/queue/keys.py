@@ -48,6 +48,7 @@ key                                        type    holds
 ``relay:v3:{cfg}:endpoints``               hash    endpoint id -> endpoint JSON
 ``relay:v3:{cfg}:app:<app>``               set     endpoint ids of one app
 ``relay:v3:{cfg}:event_types``             hash    event type name -> event type JSON (catalog)
+``relay:v3:{cfg}:apps``                    hash    app name -> application JSON (the /api/v1 API's)
 ``relay:v3:{cfg}:changed``                 pubsub  an endpoint or event type was written
 ``relay:v3:{cfg}:ready``                   string  /readyz's probe: SET PX, then DEL
 ``relay:v3:{rpl}:job:<replay_id>``         hash    a replay job: params, state, cursor, lease
@@ -60,6 +61,7 @@ key                                        type    holds
 ``relay:v3:{auth}:brand:<token_sha256>``   string  a portal session's branding (JSON), its TTL
 ``relay:v3:{auth}:rate:<token_sha256>``    string  API rate limit of a credential: GCRA TAT (ms)
 ``relay:v3:{auth}:cursor_key``             string  the key sealing list cursors (hex, random)
+``relay:v3:{auth}:req:<caller>:<key>``     string  an /api/v1 POST's idempotency-key: hash, answer
 ``relay:v3:{cfg}:ops``                     list    ops outbox: endpoint disabled / enabled events
 ``relay:v3:{tag}:guard``                   none    never written: every script call declares it
 =========================================  ======  =============================================
@@ -277,6 +279,11 @@ class Keys:
     def app(self, app: str) -> str:
         return f"{self._root}{{cfg}}:app:{app}"
 
+    @property
+    def apps(self) -> str:
+        """The applications of the Svix-compatible API: app name -> JSON (relay.queue.apps)."""
+        return f"{self._root}{{cfg}}:apps"
+
     # Reconciliation replay jobs (relay/ops/replays.py), under their own tag {rpl}.
 
     def replay_job(self, replay_id: str) -> str:
@@ -325,6 +332,10 @@ class Keys:
         """An endpoint's attempt counters of one hour (``hour``: ms since the epoch //
         3,600,000), written by ``settle.lua`` (relay/domain/endpointstats.py)."""
         return f"{self._root}{{{endpoint_id}}}:stats:{hour}"
+
+    def request(self, caller: str, key: str) -> str:
+        """An ``/api/v1`` POST's ``idempotency-key`` of one caller (relay.queue.requests)."""
+        return f"{self._root}{{auth}}:req:{caller}:{key}"
 
     def endpoint_state(self, endpoint_id: str) -> EndpointKeys:
         base = f"{self._root}{{{endpoint_id}}}:"

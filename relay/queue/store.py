@@ -17,8 +17,10 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.dashboard`: the dashboard's per-minute series and endpoint health;
 * :mod:`relay.queue.facts`: the server's durability settings (``server_facts``);
 * :mod:`relay.queue.replays`: reconciliation replay jobs (records, index walk);
-* :mod:`relay.queue.auth`: API keys and portal sessions (credentials, API rate limit).
-* :mod:`relay.queue.opsbox`: the ops outboxes of operational events.
+* :mod:`relay.queue.auth`: API keys and portal sessions (credentials, API rate limit);
+* :mod:`relay.queue.opsbox`: the ops outboxes of operational events;
+* :mod:`relay.queue.apps`: the applications of the Svix-compatible API;
+* :mod:`relay.queue.requests`: its POSTs' idempotency keys.
 
 Services and entry points use the Store's methods, never its ``redis`` client.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from relay.queue.apps import AppRecords
 from relay.queue.auth import AuthRecords
 from relay.queue.base import StoreBase, connect
 from relay.queue.counts import Counts
@@ -48,6 +51,7 @@ from relay.queue.records import (
     Swept,
 )
 from relay.queue.replays import JobWrite, ReplayJobs, Scanned
+from relay.queue.requests import RequestRecords
 from relay.queue.transitions import Transitions
 
 __all__ = [
@@ -81,6 +85,8 @@ class Store(
     ServerFacts,
     ReplayJobs,
     AuthRecords,
+    AppRecords,
+    RequestRecords,
     OpsOutbox,
     Migration,
 ):
@@ -91,9 +97,11 @@ class Store(
         *,
         endpoint_id: str | None = None,
         since: int | None = None,
+        until: int | None = None,
         on_page: Callable[[int], None] | None = None,
     ) -> tuple[int, int]:
-        """Replay every dead delivery (of one endpoint; that died at or after ``since`` ms).
+        """Replay every dead delivery (of one endpoint; that died at or after ``since`` ms
+        and, with ``until``, before ``until`` ms).
 
         Walks the dead letters newest first, a page at a time, then replays them in the
         order they died, oldest first (so the dead of an ordered lane rejoin its back in
@@ -110,7 +118,8 @@ class Store(
             chosen += [
                 (r.get("finished_at") or 0, r["id"])
                 for r in rows
-                if since is None or (r.get("finished_at") or 0) >= since
+                if (since is None or (r.get("finished_at") or 0) >= since)
+                and (until is None or (r.get("finished_at") or 0) < until)
             ]
             # Unfiltered, the dead index is in order of death: past `since`, nothing counts.
             older = rows and since is not None and (rows[-1].get("finished_at") or 0) < since

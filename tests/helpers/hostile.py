@@ -76,27 +76,44 @@ def tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:]
 
 
+def relay_env(redis_url: str, token: str, *, prefix: str, **extra: str) -> dict[str, str]:
+    """The environment of relay processes sharing one Redis namespace (a fresh prefix),
+    on a free loopback port; ``extra``: more ``RELAY_*`` settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env.update(
+        RELAY_REDIS_URL=redis_url,
+        RELAY_KEY_PREFIX=prefix + os.urandom(4).hex(),
+        RELAY_PORT=str(free_port()),
+        RELAY_HOST="127.0.0.1",
+        RELAY_API_TOKENS=token,
+        RELAY_ALLOW_PRIVATE_NETWORKS="1",
+        RELAY_LOG_LEVEL="warning",
+    )
+    env.update(extra)
+    return env
+
+
+async def start_relay(command: str, env: dict[str, str], log: Path) -> asyncio.subprocess.Process:
+    """``relay <command>`` (``api``, ``worker``) with ``env``; its stderr goes to ``log``."""
+    with log.open("wb") as out:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "relay", command, env=env, cwd=ROOT, stderr=out
+        )
+
+
 async def start_api(
     redis_url: str, token: str, log: Path, *, prefix: str, log_level: str = "warning"
 ) -> tuple[asyncio.subprocess.Process, str]:
     """A ``relay api`` process on a free loopback port, answering ``/healthz``; its
     stderr goes to ``log``. Returns the process and its base URL."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    env.update(
-        RELAY_REDIS_URL=redis_url,
-        RELAY_KEY_PREFIX=prefix + os.urandom(4).hex(),
-        RELAY_PORT=str(port),
-        RELAY_HOST="127.0.0.1",
-        RELAY_API_TOKENS=token,
-        RELAY_ALLOW_PRIVATE_NETWORKS="1",
-        RELAY_LOG_LEVEL=log_level,
-    )
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relay", "api", env=env, cwd=ROOT, stderr=out
-        )
-    url = f"http://127.0.0.1:{port}"
+    env = relay_env(redis_url, token, prefix=prefix, RELAY_LOG_LEVEL=log_level)
+    proc = await start_relay("api", env, log)
+    return proc, await healthy(proc, env, log)
+
+
+async def healthy(proc: asyncio.subprocess.Process, env: dict[str, str], log: Path) -> str:
+    """The base URL of the ``relay api`` of ``env``, once it answers ``/healthz``."""
+    url = f"http://127.0.0.1:{env['RELAY_PORT']}"
     deadline = time.monotonic() + 30
     async with aiohttp.ClientSession() as s:
         while True:
@@ -104,7 +121,7 @@ async def start_api(
             try:
                 async with s.get(url + "/healthz") as r:
                     if r.status == 200:
-                        return proc, url
+                        return url
             except aiohttp.ClientError:
                 pass
             assert time.monotonic() < deadline, "relay api did not come up"

@@ -520,6 +520,18 @@ async def lifecycle(store: Store) -> None:
     await store.list_event_types()
     assert await store.delete_event_type("order.paid")  # event_type_delete
 
+    # the applications and idempotent requests of the Svix-compatible API
+    shop_app = {"app": "shop", "uid": "shop", "name": "Shop", "created_at": 1, "updated_at": 1}
+    assert await store.put_app(shop_app)  # app_put, create
+    raw_app = await store.get_app_raw("shop")
+    assert await store.put_app({**shop_app, "name": "S"}, expected=raw_app)  # CAS
+    assert [a["name"] for a in await store.list_apps()] == ["S"]
+    assert await store.delete_app("shop")
+    assert await store.claim_request("admin", "k1", "h") is None
+    await store.answer_request("admin", "k1", "h", 201, b"{}")
+    assert (await store.claim_request("admin", "k1", "h") or {})["status"] == 201
+    await store.drop_request("admin", "k1")
+
 
 @pytest.mark.realredis
 async def test_every_key_the_scripts_touch_is_built_by_keys_py(tmp_path: Path) -> None:
