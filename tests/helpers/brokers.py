@@ -9,6 +9,13 @@ prefix with its JetStream stream (NATS), a queue bound to an exchange (RabbitMQ)
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +24,11 @@ import redis.asyncio as aioredis
 
 from relay.redisproc import RedisServer, free_port
 
-PASSWORD = "s3cret-Broker-Pw"  # a broker password the tests look for in answers and logs
+PASSWORD = "s3cret-Broker-Pw"
+NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
+RABBITMQ_SERVER = (
+    shutil.which("rabbitmq-server") or "/usr/sbin/rabbitmq-server"
+)  # a broker password the tests look for in answers and logs
 
 
 @dataclass
@@ -63,6 +74,10 @@ class RedisKit:
             await client.set(dest, "not a stream")
         return self.url(dest)
 
+    async def count(self, dest: str) -> int:
+        async with self.client() as client:
+            return int(await client.xlen(dest))
+
     async def messages(self, dest: str) -> list[Got]:
         async with self.client() as client:
             entries = await client.xrange(dest)
@@ -82,6 +97,112 @@ class RedisKit:
 
     def stop(self) -> None:
         self.server.stop()
+
+
+class ProcessKit:
+    """A broker process on 127.0.0.1 started from ``command()``, ready when its port
+    accepts a connection; stopped with SIGTERM and started again on the same port and
+    data dir (what it persisted survives)."""
+
+    name = "broker"
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str] | None:
+        return None
+
+    def start(self, within: float = 60.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        log = (self.data_dir / f"{self.name}.log").open("ab")
+        self.proc = subprocess.Popen(
+            self.command(), stdout=log, stderr=log, env=self.env(), start_new_session=True
+        )
+        deadline = time.monotonic() + within
+        while not self.ready():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} did not start; see {self.data_dir}")
+            time.sleep(0.1)
+
+    def ready(self) -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    async def down(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    async def up(self) -> None:
+        await asyncio.to_thread(self.start)
+
+
+class NatsKit(ProcessKit):
+    """``nats-server -js`` with a user and password; a JetStream stream per ``dest``
+    takes the subjects ``dest.>``."""
+
+    kind = name = "nats"
+    user = "relay"
+
+    def command(self) -> list[str]:
+        return [
+            NATS_SERVER,
+            *("-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.data_dir)),
+            *("--user", self.user, "--pass", PASSWORD),
+        ]
+
+    def url(self, dest: str, *, password: str = PASSWORD, port: int | None = None) -> str:
+        where = f"127.0.0.1:{port or self.port}"
+        return f"nats://{self.user}:{password}@{where}/{dest}.{{type}}"
+
+    @contextlib.asynccontextmanager
+    async def js(self) -> AsyncIterator[Any]:
+        import nats
+
+        client = await nats.connect(
+            f"nats://127.0.0.1:{self.port}", user=self.user, password=PASSWORD
+        )
+        try:
+            yield client.jetstream()
+        finally:
+            await client.close()
+
+    async def prepare(self, dest: str) -> None:
+        async with self.js() as js:
+            await js.add_stream(name=dest, subjects=[f"{dest}.>"])
+
+    async def misconfigure(self, dest: str) -> str:
+        """A subject no stream takes."""
+        return self.url(dest)
+
+    async def count(self, dest: str) -> int:
+        async with self.js() as js:
+            return int((await js.stream_info(dest)).state.messages)
+
+    async def messages(self, dest: str) -> list[Got]:
+        async with self.js() as js:
+            info = await js.stream_info(dest)
+            out: list[Got] = []
+            if not info.state.messages:
+                return out
+            for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                msg = await js.get_msg(dest, seq)
+                out.append(Got(dict(msg.headers or {}), msg.data or b""))
+            return out
 
 
 def unused_port() -> int:

@@ -251,30 +251,89 @@ def worker_env(store: Store, redis_url: str) -> dict[str, str]:
     }
 
 
+class Gate:
+    """A TCP proxy to relay's Redis for the worker that will be killed: ``close_gate``
+    holds back what the worker writes (its outcomes) while the answers it already has
+    still flow, and :meth:`close` drops what was held, as a kill does."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.open = asyncio.Event()
+        self.open.set()
+        self.held = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"redis://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/0"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        for task in (self._pump(reader, up_writer, True), self._pump(up_reader, writer, False)):
+            t = asyncio.create_task(task)
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
+        try:
+            while data := await src.read(65536):
+                if up and not self.open.is_set():
+                    self.held += 1
+                    await self.open.wait()
+                dst.write(data)
+                await dst.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            dst.close()
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        if self._server is not None:
+            self._server.close()
+
+
 async def crash(
-    kit: Kit, store: Store, redis_url: str, logs: Path, count: int, dedupes: bool
+    kit: Kit, store: Store, redis_port: int, logs: Path, count: int, dedupes: bool
 ) -> dict[str, int]:
-    """A ``relay worker`` SIGKILLed while it publishes (some messages confirmed by the
-    broker, their outcomes not yet recorded); a second worker finishes. Every event
-    arrives, none more than twice; ``dedupes``: the broker dropped the re-sends itself."""
+    """A ``relay worker`` SIGKILLed between the broker's confirm and relay's record: its
+    connection to relay's Redis goes through a :class:`Gate` that is shut once messages
+    arrive, so every send the broker confirms from then on is unrecorded when the worker
+    dies. A second worker takes the claims over when their leases end. Every event
+    arrives, none more than twice, and a consumer dropping by ``webhook-id`` keeps each
+    once; ``dedupes``: the broker drops the re-sends itself."""
     dest = unique()
     await kit.prepare(dest)
     endpoint = await add(store, kit.url(dest))
     ids = await publish(store, count)
-    env = worker_env(store, redis_url)
+    gate = Gate(redis_port)
 
-    async def start(name: str) -> asyncio.subprocess.Process:
+    async def start(name: str, redis_url: str) -> asyncio.subprocess.Process:
         out = (logs / f"{name}.log").open("wb")
         cmd = (sys.executable, "-m", "relay", "worker")
+        env = worker_env(store, redis_url)
         return await asyncio.create_subprocess_exec(*cmd, env=env, cwd=ROOT, stderr=out)
 
-    victim = await start("victim")
+    victim = await start("victim", await gate.start())
     try:
-        seen = await until(lambda: _some(kit, dest, count), within=60)
+        await until(lambda: _some(kit, dest, count), within=60)
+        for _ in range(100):  # until a shut gate catches sends in flight
+            before = await kit.count(dest)
+            gate.open.clear()  # from here the worker's outcomes do not reach Redis
+            await asyncio.sleep(0.3)
+            if await kit.count(dest) > before and gate.held:
+                break
+            gate.open.set()
+            await asyncio.sleep(0.02)
     finally:
         victim.send_signal(signal.SIGKILL)
         await victim.wait()
-    survivor = await start("survivor")
+        await gate.close()
+    recorded = (await store.stats())["counts"]["succeeded"]
+    unrecorded = await kit.count(dest) - recorded  # confirmed by the broker, not recorded
+    survivor = await start("survivor", store.settings.redis_url)
     try:
         await until(lambda: _arrived(kit, dest, ids), within=120)
         await until(lambda: store_done(store, count), within=60)
@@ -290,11 +349,11 @@ async def crash(
     dupes = sum(counts.values()) - len(ids)
     if dedupes:
         assert dupes == 0, counts.most_common(3)
-    return {"seen_at_kill": seen, "duplicates": dupes}
+    return {"unrecorded": unrecorded, "duplicates": dupes}
 
 
 async def _some(kit: Kit, dest: str, count: int) -> int:
-    n = len(await kit.messages(dest))
+    n = await kit.count(dest)
     return n if 0 < n < count else 0
 
 
