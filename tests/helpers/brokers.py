@@ -240,7 +240,8 @@ class RabbitKit(ProcessKit):
         if self.epmd is None:  # its own, in the foreground: the node would start a daemon
             self.epmd_port = free_port()
             cmd = [EPMD, "-port", str(self.epmd_port), "-address", "127.0.0.1"]
-            self.epmd = subprocess.Popen(cmd, start_new_session=True)
+            null = subprocess.DEVNULL
+            self.epmd = subprocess.Popen(cmd, stdout=null, stderr=null, start_new_session=True)
         super().start(within)
 
     def stop(self) -> None:
