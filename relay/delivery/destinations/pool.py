@@ -52,6 +52,8 @@ class Pool:
             entry = _Entry(asyncio.ensure_future(self._connect(url)))
             self._entries[url] = entry
         entry.used = time.monotonic()
+        if entry.task.done() and not entry.task.cancelled() and entry.task.exception() is None:
+            return entry.task.result()  # the common case: open already, nothing to await
         try:
             return await asyncio.shield(entry.task)
         except asyncio.CancelledError:
