@@ -261,8 +261,14 @@ class Gate:
         self.open = asyncio.Event()
         self.open.set()
         self.held = 0
+        self.allow = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def shut(self, after: int = 0) -> None:
+        """Hold the worker's writes from the ``after``-th on."""
+        self.allow = after
+        self.open.clear()
 
     async def start(self) -> str:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -279,8 +285,11 @@ class Gate:
         try:
             while data := await src.read(65536):
                 if up and not self.open.is_set():
-                    self.held += 1
-                    await self.open.wait()
+                    if self.allow > 0:
+                        self.allow -= 1
+                    else:
+                        self.held += 1
+                        await self.open.wait()
                 dst.write(data)
                 await dst.drain()
         except (ConnectionError, asyncio.CancelledError):
@@ -310,20 +319,21 @@ async def crash(
     ids = await publish(store, count)
     gate = Gate(redis_port)
 
-    async def start(name: str, redis_url: str) -> asyncio.subprocess.Process:
+    async def start(name: str, redis_url: str, **extra: str) -> asyncio.subprocess.Process:
         out = (logs / f"{name}.log").open("wb")
         cmd = (sys.executable, "-m", "relay", "worker")
-        env = worker_env(store, redis_url)
+        env = worker_env(store, redis_url) | extra
         return await asyncio.create_subprocess_exec(*cmd, env=env, cwd=ROOT, stderr=out)
 
-    victim = await start("victim", await gate.start())
+    # a few sends at a time: the victim is still sending when the gate shuts
+    small = {"RELAY_WORKER_CONCURRENCY": "4", "RELAY_CLAIM_BATCH": "4"}
+    victim = await start("victim", await gate.start(), **small)
     try:
         await until(lambda: _some(kit, dest, count), within=60)
-        for _ in range(100):  # until a shut gate catches sends in flight
-            before = await kit.count(dest)
-            gate.open.clear()  # from here the worker's outcomes do not reach Redis
+        for _ in range(100):  # until a shut gate catches confirmed sends unrecorded
+            gate.shut(after=1)  # one more write (a claim, most often) goes, then none
             await asyncio.sleep(0.3)
-            if await kit.count(dest) > before and gate.held:
+            if await unrecorded(kit, dest, store):
                 break
             gate.open.set()
             await asyncio.sleep(0.02)
@@ -331,8 +341,7 @@ async def crash(
         victim.send_signal(signal.SIGKILL)
         await victim.wait()
         await gate.close()
-    recorded = (await store.stats())["counts"]["succeeded"]
-    unrecorded = await kit.count(dest) - recorded  # confirmed by the broker, not recorded
+    lost_records = await unrecorded(kit, dest, store)
     survivor = await start("survivor", store.settings.redis_url)
     try:
         await until(lambda: _arrived(kit, dest, ids), within=120)
@@ -349,7 +358,12 @@ async def crash(
     dupes = sum(counts.values()) - len(ids)
     if dedupes:
         assert dupes == 0, counts.most_common(3)
-    return {"unrecorded": unrecorded, "duplicates": dupes}
+    return {"unrecorded": lost_records, "duplicates": dupes}
+
+
+async def unrecorded(kit: Kit, dest: str, store: Store) -> int:
+    """Messages the broker holds whose delivery relay has not recorded as succeeded."""
+    return int(await kit.count(dest) - (await store.stats())["counts"]["succeeded"])
 
 
 async def _some(kit: Kit, dest: str, count: int) -> int:

@@ -68,3 +68,13 @@ async def test_a_worker_killed_after_the_confirm_makes_at_most_one_duplicate(
     port = int(redis_server.url.rsplit(":", 1)[1].split("/")[0])
     result = await contract.crash(kit, store, port, tmp_path, count=200, dedupes=False)
     assert result["unrecorded"] > 0, result  # the kill fell between confirm and record
+
+
+async def test_relays_own_redis_is_refused(
+    kit: RedisKit, make_store: Any, make_api: Any, redis_server: Any
+) -> None:
+    store = await make_store(retry_schedule=(0.05, 0.1))
+    port = int(redis_server.url.rsplit(":", 1)[1].split("/")[0])
+    url = kit.url(contract.unique(), port=port)
+    detail = await contract.goes_dead(kit, store, await make_api(store), url, {"refused"})
+    assert "relay's own Redis" in detail
