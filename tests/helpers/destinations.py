@@ -25,6 +25,7 @@ from standardwebhooks.webhooks import Webhook
 
 from relay.delivery.worker import Worker
 from relay.domain.schema import EventIn, endpoint_record
+from relay.ops import metrics
 from relay.publishing import Publisher
 from relay.queue.store import Store
 from tests.helpers.api import call
@@ -124,9 +125,11 @@ async def exactly_once(kit: Kit, store: Store, api: Any, count: int) -> None:
     dest = unique()
     await kit.prepare(dest)
     endpoint = await add(store, kit.url(dest))
+    acked = metrics.ATTEMPTS.classes.counts.get("acked", 0)
     async with running_worker(store):
         ids = await publish(store, count)
         await until(lambda: all_in(api, endpoint["id"], "succeeded", count))
+    assert metrics.ATTEMPTS.classes.counts.get("acked", 0) - acked == count
     got = await kit.messages(dest)
     bodies = verified(endpoint, got)
     assert Counter(b["id"] for b in bodies) == Counter(ids)
