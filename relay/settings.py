@@ -178,7 +178,11 @@ class Settings:
     retry_after_cap: float = setting("RELAY_RETRY_AFTER_CAP", parse_duration, "1h",
         group=DELIVERY, doc="longest `Retry-After` honoured")
     http_timeout: float = setting("RELAY_HTTP_TIMEOUT", _positive_duration, "10s",
-        group=DELIVERY, doc="one delivery request, connect to last byte")
+        group=DELIVERY, doc="one delivery request, connect to last byte (to a broker: "
+        "connect to its acknowledgement)")
+    destination_idle: float = setting("RELAY_DESTINATION_IDLE", _positive_duration, "60s",
+        group=DELIVERY, doc="a broker connection (Redis, NATS, RabbitMQ destination) unused "
+        "this long is closed")
     lease_seconds: float = setting("RELAY_LEASE_SECONDS", _positive_duration, "30s",
         group=DELIVERY, doc="claim lease, extended while a send is in flight")
     worker_concurrency: int = setting("RELAY_WORKER_CONCURRENCY", _positive_int, "64",

@@ -53,6 +53,7 @@ RULES: dict[str, Rule] = {
     "DELETE /v1/endpoints/{id}": Rule("manage", "endpoint"),
     "GET /v1/endpoints/{id}/secret": Rule("manage", "endpoint"),
     "GET /v1/endpoints/{id}/headers": Rule("manage", "endpoint"),
+    "GET /v1/endpoints/{id}/url": Rule("manage", "endpoint"),
     "POST /v1/endpoints/{id}/rotate-secret": Rule("manage", "endpoint"),
     "POST /v1/endpoints/{id}/recover": Rule("manage", "endpoint"),
     "POST /v1/endpoints/{id}/test": Rule("manage", "endpoint"),

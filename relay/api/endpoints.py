@@ -18,6 +18,7 @@ from relay.api.models import (
     HeadersOut,
     RotatedOut,
     SecretOut,
+    UrlOut,
 )
 from relay.domain.schema import public_endpoint, public_keys
 from relay.endpoints.catalog import UnknownEventTypes
@@ -156,6 +157,19 @@ def signing_key(endpoint: dict[str, Any]) -> dict[str, Any]:
 async def read_headers(request: web.Request) -> web.Response:
     """The custom headers sent with every request to the endpoint, values in clear."""
     return json({"headers": (await load(request)).get("headers") or {}})
+
+
+@route(
+    "GET",
+    "/v1/endpoints/{id}/url",
+    summary="Read an endpoint's url with its credentials in clear (other reads mask them)",
+    operation_id="getEndpointUrl",
+    tag="Endpoints",
+    responses={200: UrlOut},
+)
+async def read_url(request: web.Request) -> web.Response:
+    """The url deliveries go to, a broker's password (or NATS token) in clear."""
+    return json({"url": (await load(request))["url"]})
 
 
 @route(

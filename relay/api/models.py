@@ -45,7 +45,10 @@ class PublicKeyOut(BaseModel):
 class EndpointOut(BaseModel):
     id: str
     app: str
-    url: str
+    url: str = Field(description="where deliveries go; a broker url's password masked (see /url)")
+    kind: Literal["http", "redis", "nats", "amqp"] = Field(
+        default="http", description="the destination kind, from the url's scheme"
+    )
     description: str
     event_types: list[str]
     headers: dict[str, str] = Field(description="custom headers, values masked (see /headers)")
@@ -74,6 +77,10 @@ class EndpointOut(BaseModel):
         description="on reads: ms since the epoch when the last rotated-out secret stops "
         "signing beside the current one; null when none does",
     )
+
+
+class UrlOut(BaseModel):
+    url: str = Field(description="the endpoint's url with its credentials in clear")
 
 
 class EndpointList(BaseModel):

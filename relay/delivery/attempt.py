@@ -21,6 +21,7 @@ import structlog
 
 from relay import tracing
 from relay.delivery import sender
+from relay.delivery.destinations import Destinations
 from relay.delivery.stats import Stats
 from relay.domain import attemptlog, retry
 from relay.ops import metrics
@@ -43,7 +44,7 @@ def decide(
     rand: Callable[[], float] = random.random,
 ) -> retry.Decision:
     """Succeeded, retry (after how long) or dead, for this answer to this attempt."""
-    if resp.status is not None and 200 <= resp.status < 300:
+    if resp.ok:
         return SUCCEEDED  # what retry.decide says of any 2xx, without building it
     retry_after = None
     if resp.status in (429, 503):
@@ -60,11 +61,11 @@ def decide(
     )
 
 
-def verdict(status: int | None) -> str:
+def verdict(resp: sender.Response) -> str:
     """For the endpoint's breaker: "1" success, "0" failure, "-" neither."""
-    if status is not None and 200 <= status < 300:
+    if resp.ok:
         return "1"
-    if status == 429:
+    if resp.status == 429:
         return "-"  # pacing, not ill health
     return "0"
 
@@ -127,14 +128,15 @@ def ids_of(c: Claimed) -> dict[str, Any]:
 
 
 class Attempter:
-    """Makes attempts through one client session (set ``session`` before the first)."""
+    """Makes attempts through one client session (set ``session`` before the first) and
+    the pooled broker connections of :class:`Destinations`."""
 
     def __init__(
         self, settings: Settings, stats: Stats, before_send: BeforeSend | None = None
     ) -> None:
         self.settings = settings
         self.stats = stats
-        self.session: aiohttp.ClientSession | None = None
+        self.destinations = Destinations(settings)
         self.before_send = before_send
         self.avg_ms: dict[str, float] = {}  # send duration per endpoint, moving average
         # tracing on: claim token -> its attempt span's context, until the outcome is
@@ -146,6 +148,15 @@ class Attempter:
         # the delivery.attempt line's fields are not even built when INFO is filtered out
         # (RELAY_LOG_LEVEL warning or error): a dict of ten and two roundings per send
         self.log_attempts = self.log.is_enabled_for(logging.INFO)
+
+    @property
+    def session(self) -> aiohttp.ClientSession | None:
+        """The HTTP kind's client session (the worker sets it before the first send)."""
+        return self.destinations.session
+
+    @session.setter
+    def session(self, session: aiohttp.ClientSession | None) -> None:
+        self.destinations.session = session
 
     def attempt(
         self,
@@ -208,10 +219,8 @@ class Attempter:
             maybe = self.before_send(c)
             if maybe is not None:
                 await maybe
-        assert self.session is not None
-        resp = await sender.send(
-            self.session,
-            endpoint=endpoint,
+        resp = await self.destinations.send(
+            endpoint,
             event_id=c.event_id,
             delivery_id=c.id,
             attempt=c.attempts,
@@ -224,7 +233,7 @@ class Attempter:
         decision = decide(c, resp, self.settings)
         self.stats.outcomes[decision.outcome] = self.stats.outcomes.get(decision.outcome, 0) + 1
         metrics.observe_attempt(decision.outcome, resp.status, resp.duration)
-        error = resp.error or ("" if resp.status and 200 <= resp.status < 300 else "http_status")
+        error = resp.error or ("" if resp.ok else "http_status")
         if self.log_attempts:
             self.log.info(
                 "delivery.attempt",
@@ -253,4 +262,4 @@ class Attempter:
             headers=resp.headers,
             body_cap=max(self.settings.response_body_cap, sender.BODY_CAP),
         )
-        return done, verdict(resp.status)
+        return done, verdict(resp)

@@ -31,13 +31,20 @@ USER_AGENT = f"relay/{__version__}"
 
 @dataclass(frozen=True, slots=True)
 class Response:
-    status: int | None  # None: no HTTP answer (timeout, connection, TLS, refused)
+    status: int | None  # None: no HTTP answer (a broker's, a timeout, a connection error)
     error: str  # "" or an error class such as "timeout"
     detail: str  # short human text for the log, never headers or secrets
     retry_after: str | None
     duration: float
     body: str
     headers: dict[str, str] | None = None  # a non-2xx answer's, as the attempt log keeps them
+
+    @property
+    def ok(self) -> bool:
+        """A 2xx answer, or a broker's acknowledgement (no status and no error)."""
+        if self.status is None:
+            return not self.error
+        return 200 <= self.status < 300
 
 
 @dataclass(slots=True)
@@ -100,6 +107,17 @@ def signature(endpoint: dict[str, Any], now: float, msg_id: str, body: bytes) ->
     return signing.sign(secret_keys(endpoint, now), msg_id, int(now), body)
 
 
+def timed_out(deadline: Deadline | None, started: float) -> Response:
+    """The answer of a send cancelled past its deadline: a ``timeout``, as aiohttp's own
+    timer reports one. Called in an ``except asyncio.CancelledError``; re-raises unless
+    the deadline's watcher alone cancelled the task (a shutdown cancels it too)."""
+    task = asyncio.current_task()
+    if deadline is None or not deadline.hit or task is None or task.uncancel() > 0:
+        raise  # the CancelledError being handled
+    error, detail = ssrf.describe_error(TimeoutError())
+    return Response(None, error, detail, None, time.perf_counter() - started, "")
+
+
 async def send(
     session: aiohttp.ClientSession,
     *,
@@ -151,13 +169,7 @@ async def send(
                 headers=None if ok else attemptlog.answer_headers(resp.headers.items()),
             )
     except asyncio.CancelledError:
-        # past its deadline: a timeout, as aiohttp's own timer reports one (TimeoutError),
-        # unless the task is being cancelled for another reason too (a shutdown)
-        task = asyncio.current_task()
-        if deadline is None or not deadline.hit or task is None or task.uncancel() > 0:
-            raise
-        error, detail = ssrf.describe_error(TimeoutError())
-        return Response(None, error, detail, None, time.perf_counter() - started, "")
+        return timed_out(deadline, started)
     except Exception as exc:  # every transport failure becomes a logged attempt
         error, detail = ssrf.describe_error(exc)
         return Response(None, error, detail, None, time.perf_counter() - started, "")

@@ -1,4 +1,4 @@
-"""Outbound-request guard (SSRF) for the webhook sender.
+"""Outbound-request guard (SSRF) for the webhook sender and broker destinations.
 
 Webhook URLs are user-supplied, so without a guard a tenant could make relay POST to
 ``http://169.254.169.254/``, ``http://localhost:6379/`` or anything else on our own
@@ -20,10 +20,14 @@ with ``find_forbidden(exc)`` (walks ``os_error``/``__cause__``/``__context__``) 
 ``describe_error(exc)[0] == "ssrf_refused"``. Redirects must not be followed by callers
 (``allow_redirects=False``): the guard would re-check them, but a webhook has no use for them.
 Do not route through an HTTP proxy (``trust_env``): the proxy, not relay, would resolve.
+
+Broker destinations (relay.delivery.destinations) resolve their host with
+:func:`checked_address` and connect to the address it returns.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 import ssl
@@ -190,6 +194,27 @@ def make_connector(
     if allow_private:
         return aiohttp.TCPConnector(limit=limit, ttl_dns_cache=10, resolver=resolver)
     return GuardedConnector(limit=limit, ttl_dns_cache=10, resolver=resolver)
+
+
+async def checked_address(host: str, port: int, *, allow_private: bool) -> str:
+    """The address to connect to for a broker destination's ``host``: resolved once,
+    forbidden addresses dropped (ForbiddenDestination when none is left), so the
+    connection goes to the address that was checked."""
+    try:
+        ip = ipaddress.ip_address(host)
+        ips = [str(ip)]
+    except ValueError:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        ips = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not ips:
+        raise OSError(f"{host}: resolver returned no addresses")
+    if allow_private:
+        return ips[0]
+    kept = [ip for ip in ips if not _reason_for(ip)]
+    if not kept:
+        raise ForbiddenDestination(host, [(ip, _reason_for(ip)) for ip in ips])
+    return kept[0]
 
 
 def _one_line(text: str) -> str:

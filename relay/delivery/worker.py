@@ -132,6 +132,7 @@ class Worker:
         listener = asyncio.create_task(self._listen(), name="relay-wake")
         slow = asyncio.create_task(watch_slow(self._inflight), name="relay-slow")
         cache = asyncio.create_task(self.endpoints.run(), name="relay-endpoint-cache")
+        idle = asyncio.create_task(self._attempter.destinations.run(), name="relay-dest-idle")
         shards = self._claims.shards
         loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]  # uvloop, asyncio
         log.info("worker.started", worker=self.settings.worker_id, shards=len(shards), loop=loop)
@@ -141,7 +142,8 @@ class Worker:
             await self._leases.hand_back(self._recorder, self._settler)
             await self._recorder.stop()
             await self._settler.stop()
-            await stop_tasks(heartbeat, listener, slow, cache)
+            await stop_tasks(heartbeat, listener, slow, cache, idle)
+            await self._attempter.destinations.close()
             if self._own_session and self._session is not None:
                 await self._session.close()
             log.info("worker.stopped", worker=self.settings.worker_id)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 from yarl import URL
 
-from relay.domain import ed25519, filters, ids, matching, signing
+from relay.domain import destinations, ed25519, filters, ids, matching, signing
 from relay.domain.ordering import OnDead, Ordering
 
 APP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
@@ -72,8 +72,11 @@ def _check_url(url: str) -> str:
         raise ValueError(f"not a URL: {exc}") from None
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
         raise ValueError("url must not contain spaces or control characters (NUL, CR, LF)")
+    if destinations.kind_of(url) != "http":
+        destinations.parse(url)  # a broker: its kind's own checks
+        return url
     if parsed.scheme not in ("http", "https"):
-        raise ValueError("url must use http or https")
+        raise ValueError("url must use http, https, redis, rediss, nats, tls, amqp or amqps")
     if not parsed.host:
         raise ValueError("url must have a host")
     if parsed.user or parsed.password:
@@ -81,7 +84,7 @@ def _check_url(url: str) -> str:
     return url
 
 
-HEADER_MASK = "••••••"  # what endpoint answers show for a custom header's value
+HEADER_MASK = destinations.MASK  # what endpoint answers show for a custom header's value
 
 
 def _check_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -130,7 +133,15 @@ def _check_secret(secret: str | None) -> str | None:
 class EndpointIn(StrictBody):
     """Create an endpoint."""
 
-    url: Annotated[str, Field(max_length=2048, description="http(s) URL that receives POSTs")]
+    url: Annotated[
+        str,
+        Field(
+            max_length=2048,
+            description="where deliveries go, by scheme: http(s) URL that receives POSTs, "
+            "redis(s)://host:port/db?stream=NAME&maxlen=N, nats|tls://host:port/SUBJECT, "
+            "amqp(s)://user:password@host:port/vhost?exchange=NAME&routing_key=TEMPLATE",
+        ),
+    ]
     app: App = "default"
     event_types: Annotated[list[str], Field(min_length=1, max_length=100)] = ["*"]
     description: Annotated[str, Field(max_length=1024)] = ""
@@ -192,13 +203,16 @@ def new_secret(scheme: str) -> str:
 
 
 def public_endpoint(endpoint: dict[str, Any], *, with_secret: bool = False) -> dict[str, Any]:
-    """An endpoint as the API and CLI show it: no secrets unless asked for, and custom
-    header values masked (operators put receiver credentials there; the API's
-    ``GET /v1/endpoints/{id}/headers`` shows them). An ed25519 endpoint shows its
+    """An endpoint as the API and CLI show it: no secrets unless asked for, custom
+    header values and a broker url's password masked (operators put receiver credentials
+    there; the API's ``GET /v1/endpoints/{id}/headers`` and ``/url`` show them), and its
+    destination ``kind`` (relay.domain.destinations). An ed25519 endpoint shows its
     ``public_key`` (and those of rotated-out keys still signing), never its private key,
     even when asked for the secret."""
     out = {k: v for k, v in endpoint.items() if k not in ("secret", "previous_secrets")}
     out["headers"] = dict.fromkeys(endpoint.get("headers") or {}, HEADER_MASK)
+    out["url"] = destinations.masked(endpoint["url"])
+    out["kind"] = destinations.kind_of(endpoint["url"])
     out["signing"] = endpoint.get("signing", "hmac")
     if out["signing"] == "ed25519":
         out.update(public_keys(endpoint))

@@ -86,8 +86,8 @@ class Attempts:
 
     def observe(self, outcome: str, status: int | None, duration: float) -> None:
         self.outcomes.add(outcome)
-        if status is None:
-            self.classes.add("error")
+        if status is None:  # a broker's acknowledgement, or no answer at all
+            self.classes.add("acked" if outcome == "succeeded" else "error")
         else:  # any other status by its hundreds: 600 -> "6xx"
             self.classes.add(_CLASSES.get(status // 100) or f"{status // 100}xx")
         self.buckets[bisect.bisect_left(DURATION_BUCKETS, duration)] += 1
@@ -99,7 +99,8 @@ class Attempts:
         )
         yield self.classes.family(
             "relay_attempts",
-            "Requests sent, by status code class (2xx, 3xx, 4xx, 5xx, or error: no answer)",
+            "Requests sent, by status code class (2xx, 3xx, 4xx, 5xx; acked: a broker "
+            "acknowledged it; error: no answer)",
             "code_class",
         )
         name = "relay_delivery_duration_seconds"

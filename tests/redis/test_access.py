@@ -78,6 +78,7 @@ TABLE = [
     R("DELETE /v1/endpoints/{id}", "endpoint!", f"204 403 403 204 204 404 {NO}"),
     R("GET /v1/endpoints/{id}/secret", "endpoint", f"200 403 403 200 200 404 {NO}"),
     R("GET /v1/endpoints/{id}/headers", "endpoint", f"200 403 403 200 200 404 {NO}"),
+    R("GET /v1/endpoints/{id}/url", "endpoint", f"200 403 403 200 200 404 {NO}"),
     R("POST /v1/endpoints/{id}/rotate-secret", "endpoint!", f"200 403 403 200 200 404 {NO}"),
     R("POST /v1/endpoints/{id}/recover", "endpoint!", f"202 403 403 202 202 404 {NO}"),
     R("POST /v1/endpoints/{id}/test", "endpoint", f"201 403 403 201 201 404 {NO}"),

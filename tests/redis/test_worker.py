@@ -458,9 +458,10 @@ def test_attempt_classifies_answers_and_builds_the_log_entry() -> None:
     c = Claimed("dlv_1", "tok", 1, 3, "evt_1", "ep_1", "{}")
 
     def answer(status: int | None, retry_after: str | None = None) -> sender.Response:
-        return sender.Response(status, "", "", retry_after, 0.01, "ok")
+        error = "connection" if status is None else ""  # no HTTP answer: a transport error
+        return sender.Response(status, error, "", retry_after, 0.01, "ok")
 
-    assert [attempt.verdict(s) for s in (200, 299, 429, 503, 410, None)] == [
+    assert [attempt.verdict(answer(s)) for s in (200, 299, 429, 503, 410, None)] == [
         "1",
         "1",
         "-",
@@ -468,6 +469,11 @@ def test_attempt_classifies_answers_and_builds_the_log_entry() -> None:
         "0",
         "0",
     ]
+    acked = sender.Response(None, "", "XADD events 1-0", None, 0.01, "")  # a broker's ack
+    assert attempt.verdict(acked) == "1"
+    assert attempt.decide(c, acked, settings).outcome == "succeeded"
+    refused = sender.Response(None, "refused", "no stream", None, 0.01, "")
+    assert attempt.decide(c, refused, settings).delay == 5.0
     assert attempt.decide(c, answer(200), settings).outcome == "succeeded"
     assert attempt.decide(c, answer(410), settings).outcome == "dead"
     assert attempt.decide(c, answer(500), settings).delay == 5.0

@@ -376,7 +376,12 @@ async def test_every_documented_answer_matches(
     await check("DELETE", one, 204, path=f"/v1/endpoints/{doomed['id']}")
     await check("DELETE", one, 404, path=f"/v1/endpoints/{doomed['id']}")
     await check("DELETE", one, 401, path=f"/v1/endpoints/{ok['id']}", session=anon)
-    for sub, method in (("secret", "GET"), ("headers", "GET"), ("rotate-secret", "POST")):
+    for sub, method in (
+        ("secret", "GET"),
+        ("headers", "GET"),
+        ("url", "GET"),
+        ("rotate-secret", "POST"),
+    ):
         template = "/v1/endpoints/{id}/" + sub
         await check(method, template, 200, path=f"/v1/endpoints/{ok['id']}/{sub}")
         await check(method, template, 404, path=f"/v1/endpoints/{UNKNOWN_EP}/{sub}")

@@ -16,6 +16,7 @@ from relay.domain import filters
 from relay.domain.schema import EndpointIn, refusal
 
 URL = "http://127.0.0.1:9/hook"
+URL_SCHEMES = "url must use http, https, redis, rediss, nats, tls, amqp or amqps"
 
 
 async def post_endpoint(api: Any, **fields: Any) -> tuple[int, dict[str, Any]]:
@@ -42,7 +43,7 @@ async def test_a_filter_refusal_names_the_filter_once(fake_store: Any, make_api:
 @pytest.mark.parametrize(
     ("fields", "message", "detail"),
     [
-        ({"url": "ftp://127.0.0.1/x"}, "url must use http or https", "url must use http or https"),
+        ({"url": "ftp://127.0.0.1/x"}, URL_SCHEMES, URL_SCHEMES),
         (
             {"headers": {"Host": "x"}},
             "headers: header 'Host' is set by relay and cannot be overridden",
@@ -78,9 +79,9 @@ def test_refusal_of_a_model() -> None:
     with pytest.raises(ValidationError) as caught:
         EndpointIn.model_validate({"url": "ftp://x/", "filter": "payload.a >"})
     assert refusal(caught.value) == (
-        f"url must use http or https; {cel_reason('payload.a >')}",
+        f"{URL_SCHEMES}; {cel_reason('payload.a >')}",
         [
-            {"field": "url", "message": "url must use http or https"},
+            {"field": "url", "message": URL_SCHEMES},
             {"field": "filter", "message": cel_reason("payload.a >")},
         ],
     )
