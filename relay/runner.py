@@ -21,11 +21,13 @@ import structlog
 from relay import logs, tracing
 from relay.api import create_app
 from relay.api import server as api_server
+from relay.archive.tables import Tables
 from relay.connectors.opsevents import OpsRelay
 from relay.delivery.attempt import BeforeSend
 from relay.delivery.worker import Worker, stop_tasks
 from relay.domain import redisfacts
 from relay.ops import metrics
+from relay.ops.archiving import Mover
 from relay.ops.replays import ReplayRunner
 from relay.ops.retention import Retention
 from relay.publishing import Publisher
@@ -157,10 +159,18 @@ async def run_worker(
     ops = OpsRelay(store, Publisher(store, judge=sandbox, relay_events=True))
     worker.on_ops = ops.poke
     relay_task = asyncio.create_task(ops.run(stop), name="relay-ops-events")
+    mover = None  # the archive mover (relay/ops/archiving.py), with RELAY_ARCHIVE_URL set
+    if settings.archive_url:
+        tables = Tables(settings.archive_url, settings.archive_schema, size=2)
+        mover = Mover(store, tables, on_behind=ops.archive_behind)
+    moving = asyncio.create_task(mover.run(stop), name="relay-archive") if mover else None
     try:
         await worker.run(stop, burst=burst)
     finally:
         replays_stop.set()
+        if moving is not None and mover is not None:
+            await stop_tasks(moving)
+            await mover.tables.close()
         await stop_tasks(sweeper, relay_task)
         await sandbox.close()
         await asyncio.gather(replays, return_exceptions=True)

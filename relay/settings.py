@@ -26,6 +26,7 @@ from relay.domain.settingvalues import (
     _event_loop,
     _flag,
     _fraction,
+    _identifier,
     _log_format,
     _non_negative_int,
     _port,
@@ -74,6 +75,7 @@ KEEPING = "Retention"
 JOBS = "Replay jobs"
 OPS = "Operational events"
 OUTBOX = "Postgres outbox"
+ARCHIVE = "History archive"
 PROCESS = "Processes and logs"
 
 
@@ -203,6 +205,25 @@ class Settings:
         group=KEEPING, doc="how long dead deliveries are kept")
     sweep_interval: float = setting("RELAY_SWEEP_INTERVAL", _positive_duration, "60s",
         group=KEEPING, doc="how often each worker runs the retention sweep")
+
+    archive_url: str = setting("RELAY_ARCHIVE_URL", str, "", group=ARCHIVE,
+        secret=_redact_dsn, doc="PostgreSQL URL of the history archive (docs/operating/"
+        "archive.md); unset: finished deliveries stay in Redis until their retention")
+    archive_schema: str = setting("RELAY_ARCHIVE_SCHEMA", _identifier, "relay", group=ARCHIVE,
+        doc="the PostgreSQL schema relay creates and migrates the archive's tables in")
+    hot_retention: float = setting("RELAY_HOT_RETENTION", _positive_duration, "1h",
+        group=ARCHIVE, doc="with the archive on, how long a finished delivery stays in Redis "
+        "before it moves: an hour keeps what operators look at first (the last failures, the "
+        "replays they just made) on the fast tier, and costs an hour of finished deliveries "
+        "of RAM")
+    archive_batch: int = setting("RELAY_ARCHIVE_BATCH", _positive_int, "500", group=ARCHIVE,
+        doc="finished deliveries one worker moves per PostgreSQL transaction")
+    archive_interval: float = setting("RELAY_ARCHIVE_INTERVAL", _positive_duration, "1s",
+        group=ARCHIVE, doc="how often each worker looks for deliveries to move when the last "
+        "look found none")
+    archive_backlog_alert: int = setting("RELAY_ARCHIVE_BACKLOG_ALERT", _positive_int,
+        "100000", group=ARCHIVE, doc="finished deliveries waiting to move past which relay "
+        "publishes the operational event `archive.behind`")
 
     replay_outstanding: int = setting("RELAY_REPLAY_OUTSTANDING", _positive_int, "100",
         group=JOBS, doc="a replay job's replayed, unfinished deliveries per endpoint, at most")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from relay.api.access import scoped_app
-from relay.api.common import STORE, ApiError, body, found, json, query, route
+from relay.api.common import HISTORY, STORE, ApiError, body, found, json, query, route
 from relay.api.endpoints import load as load_endpoint
 from relay.api.models import (
     DeliveryDetail,
@@ -29,7 +29,7 @@ from relay.endpoints.health import Health
     tag="Deliveries",
     query=DeliveryQuery,
     responses={200: DeliveryList},
-    errors={400: ("invalid_cursor",)},
+    errors={400: ("invalid_cursor",), 503: ("archive_unavailable",)},
 )
 async def list_(request: web.Request) -> web.Response:
     """A page of deliveries, newest first, each saying why it waits when it does;
@@ -46,29 +46,29 @@ async def listing(
     store = request.app[STORE]
     app = scoped_app(request)  # a key lists its own app's only
     try:
-        rows, position = await store.list_deliveries(
+        rows, at = await request.app[HISTORY].list_deliveries(
             status=q.status,
             endpoint_id=q.endpoint_id,
             event_id=getattr(q, "event_id", None),
             event_type=q.type,
             limit=q.limit,
-            cursor=await _position(request, q.cursor),
+            cursor=await position(request, q.cursor),
             app=app,
         )
     except ValueError:  # a position relay sealed but cannot read: its own older format
-        raise _invalid_cursor() from None
+        raise invalid_cursor() from None
     await Health(store).explain_waits(rows)
-    cursor = None if position is None else cursors.seal(await store.cursor_key(), app, position)
+    cursor = None if at is None else cursors.seal(await store.cursor_key(), app, at)
     return json({"data": rows, "next_cursor": cursor})
 
 
-def _invalid_cursor() -> ApiError:
+def invalid_cursor() -> ApiError:
     return ApiError(
         400, "invalid_cursor", "cursor is not one relay made for this caller; list from the start"
     )
 
 
-async def _position(request: web.Request, cursor: str | None) -> str | None:
+async def position(request: web.Request, cursor: str | None) -> str | None:
     """The position a sealed cursor holds, or 400 ``invalid_cursor``."""
     if not cursor:
         return None
@@ -79,11 +79,11 @@ async def _position(request: web.Request, cursor: str | None) -> str | None:
     except cursors.InvalidCursor:
         fresh = await store.cursor_key(fresh=True)  # sealed with a key made since?
         if fresh == key:
-            raise _invalid_cursor() from None
+            raise invalid_cursor() from None
     try:
         return cursors.unseal(fresh, app, cursor)
     except cursors.InvalidCursor:
-        raise _invalid_cursor() from None
+        raise invalid_cursor() from None
 
 
 @route(
@@ -93,12 +93,13 @@ async def _position(request: web.Request, cursor: str | None) -> str | None:
     operation_id="getDelivery",
     tag="Deliveries",
     responses={200: DeliveryDetail},
+    errors={503: ("archive_unavailable",)},
 )
 async def read(request: web.Request) -> web.Response:
     """The delivery with its ``attempt_log`` (one entry per request: number, time,
     duration, status or error, worker) and ``waiting``: why it is not going out now."""
     ident = request.match_info["id"]
-    delivery = found(await request.app[STORE].get_delivery(ident), "delivery", ident)
+    delivery = found(await request.app[HISTORY].get_delivery(ident), "delivery", ident)
     await Health(request.app[STORE]).explain_waits([delivery])
     return json(delivery)
 

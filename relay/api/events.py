@@ -8,7 +8,7 @@ from aiohttp import web
 
 from relay import tracing
 from relay.api.access import pinned_app
-from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, route
+from relay.api.common import HISTORY, PUBLISHER, ApiError, body, found, json, route
 from relay.api.models import EventDetail, EventIn, EventOut
 from relay.domain import signing
 from relay.publishing import PublishError
@@ -115,11 +115,12 @@ async def _publish(request: web.Request, span: Any = None) -> web.Response:
     operation_id="getEvent",
     tag="Events",
     responses={200: EventDetail},
+    errors={503: ("archive_unavailable",)},
 )
 async def read(request: web.Request) -> web.Response:
     """The event with its payload, its deliveries, and ``filtered``: the endpoints left
     out because their filter erred on it."""
     ident = request.match_info["id"]
-    event = found(await request.app[STORE].get_event(ident), "event", ident)
+    event = found(await request.app[HISTORY].get_event(ident), "event", ident)
     event["created_at"] = signing.rfc3339_ms(event["created_at"])
     return json(event)

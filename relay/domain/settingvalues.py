@@ -109,6 +109,13 @@ def _prefix(raw: str) -> str:
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,57}$")
 
 
+def _identifier(raw: str) -> str:
+    """One plain PostgreSQL identifier (letters, digits, ``_``), at most 58 characters."""
+    if not _IDENT.match(raw):
+        raise ValueError("expected letters, digits and _, not starting with a digit")
+    return raw
+
+
 def outbox_table(raw: str) -> str:
     """``name`` or ``schema.name``: plain identifiers (letters, digits, ``_``), the name
     short enough for the ``_dead`` table and ``_notify`` function beside it."""

@@ -67,6 +67,7 @@ NAMES = (
     "hold",
     "resume",
     "expire",
+    "archive_drop",
     "replay_scan",
     "replay_job",
     "event_type_put",

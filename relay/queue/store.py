@@ -16,7 +16,8 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.facts`: the server's durability settings (``server_facts``);
 * :mod:`relay.queue.replays`: reconciliation replay jobs (records, index walk);
 * :mod:`relay.queue.auth`: API keys and portal sessions (credentials, API rate limit).
-* :mod:`relay.queue.opsbox`: the ops outboxes of operational events.
+* :mod:`relay.queue.opsbox`: the ops outboxes of operational events;
+* :mod:`relay.queue.moving`: what the archive mover reads and removes.
 
 Services and entry points use the Store's methods, never its ``redis`` client.
 """
@@ -32,6 +33,7 @@ from relay.queue.endpoints import EndpointRecords
 from relay.queue.eventtypes import EventTypeRecords
 from relay.queue.facts import ServerFacts
 from relay.queue.migrate import Migrated, Migration
+from relay.queue.moving import ArchiveMoves, Finished
 from relay.queue.opsbox import OpsOutbox
 from relay.queue.reads import Reads, decode_cursor, encode_cursor
 from relay.queue.records import (
@@ -51,6 +53,7 @@ __all__ = [
     "Admission",
     "ClaimResult",
     "Claimed",
+    "Finished",
     "JobWrite",
     "Migrated",
     "Outcome",
@@ -68,6 +71,7 @@ __all__ = [
 class Store(
     Transitions,
     Dashboard,  # before Reads, whose subclass it is (it reads headers as Reads does)
+    ArchiveMoves,  # a subclass of Reads too (it reads records and events as Reads does)
     Reads,
     EndpointRecords,
     EventTypeRecords,
