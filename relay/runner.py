@@ -21,6 +21,7 @@ import structlog
 from relay import logs, tracing
 from relay.api import create_app
 from relay.api import server as api_server
+from relay.archive.history import History
 from relay.archive.tables import Tables
 from relay.connectors.opsevents import OpsRelay
 from relay.delivery.attempt import BeforeSend
@@ -152,7 +153,9 @@ async def run_worker(
         )
     sweeper = asyncio.create_task(Retention(store).run(), name="relay-sweeper")
     replays_stop = asyncio.Event()  # reconciliation replay jobs (relay/ops/replays.py)
-    replays = asyncio.create_task(ReplayRunner(store).run(replays_stop), name="relay-replays")
+    history = History.of(store)  # replay jobs walk the archive too (RELAY_ARCHIVE_URL)
+    replay_runner = ReplayRunner(store, history=history)
+    replays = asyncio.create_task(replay_runner.run(replays_stop), name="relay-replays")
     # operational events from the ops outboxes into the ops app; the ops app's endpoint
     # filters and its types' schemas run in a sandbox, as every tenant's do
     sandbox = Sandbox()
@@ -174,6 +177,7 @@ async def run_worker(
         await stop_tasks(sweeper, relay_task)
         await sandbox.close()
         await asyncio.gather(replays, return_exceptions=True)
+        await history.close()
         if exporter is not None:
             await exporter.cleanup()
 

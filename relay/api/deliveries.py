@@ -117,7 +117,7 @@ async def replay(request: web.Request) -> web.Response:
     """Back to ``pending`` with a fresh attempt budget. A dead head blocking its ordered
     lane is retried in place; any other delivery of a lane goes to its back."""
     delivery_id = request.match_info["id"]
-    result = (await request.app[STORE].replay([delivery_id]))[delivery_id]
+    result = (await request.app[HISTORY].replay([delivery_id]))[delivery_id]
     if result == "ok":
         return json({"id": delivery_id, "status": "pending"}, status=202)
     raise _refused(delivery_id, result, "replayable", "only dead or succeeded can be replayed")
@@ -175,5 +175,5 @@ async def recover(request: web.Request) -> web.Response:
     since = None
     if request.can_read_body:
         since = (await body(request, RecoverIn))[0].since
-    recovered, _ = await request.app[STORE].replay_dead(endpoint_id=endpoint["id"], since=since)
+    recovered, _ = await request.app[HISTORY].replay_dead(endpoint_id=endpoint["id"], since=since)
     return json({"recovered": recovered}, status=202)

@@ -13,6 +13,7 @@ archive (``RELAY_ARCHIVE_URL`` unset) every read is Redis's alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from relay.archive.tables import Filters, Tables
@@ -128,6 +129,54 @@ class History:
             merged = merged[:limit]
             return merged, encode_cursor(*_position(merged[-1]))
         return merged, None if bound is None else encode_cursor(*bound)
+
+    async def restore(self, delivery_ids: list[str]) -> list[str]:
+        """Bring archived deliveries that Redis does not hold back into Redis as they
+        finished (for a replay); returns those restored. Their archive rows stay."""
+        if self.tables is None or not delivery_ids:
+            return []
+        restored = []
+        for record, finished_at in await self.tables.delivery_rows(delivery_ids):
+            stored = await self.tables.event(record["event_id"])
+            if await self.store.archive_restore(record, finished_at, stored):
+                restored.append(record["id"])
+        return restored
+
+    async def replay(self, delivery_ids: list[str]) -> dict[str, str]:
+        """``Store.replay`` over both tiers: an archived delivery comes back to Redis and
+        is replayed there, live; the archive keeps its row (its earlier attempts)."""
+        done = await self.store.replay(delivery_ids)
+        missing = [d for d, v in done.items() if v == ""]
+        if restored := await self.restore(missing):
+            done.update(await self.store.replay(restored))
+        return done
+
+    async def replay_dead(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        since: int | None = None,
+        on_page: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """``Store.replay_dead`` (``recover``), then the archived dead letters the same
+        way: ``(replayed, refused)``; ``on_page(n)`` reports progress."""
+        replayed, refused = await self.store.replay_dead(
+            endpoint_id=endpoint_id, since=since, on_page=on_page
+        )
+        if self.tables is None:
+            return replayed, refused
+        filters = Filters(status="dead", endpoint_id=endpoint_id, finished_since=since)
+        after = None
+        while True:
+            page = await self.tables.scan(filters, after=after, limit=500)
+            if not page:
+                return replayed, refused
+            done = await self.replay([p[0] for p in page])
+            ok = sum(1 for v in done.values() if v == "ok")
+            replayed, refused = replayed + ok, refused + len(page) - ok
+            if on_page is not None:
+                on_page(len(page))
+            after = (page[-1][1], page[-1][0])
 
     async def stats(self) -> dict[str, Any]:
         """The Store's stats with the archive's deliveries counted in: ``counts`` over

@@ -47,6 +47,7 @@ class Filters:
     since: int | None = None  # created at or after (ms)
     until: int | None = None  # created before (ms)
     status_code: int | None = None
+    finished_since: int | None = None  # finished at or after (ms)
     payload: Any = None  # the event's payload contains this (``@>``)
 
     def where(self) -> tuple[str, list[Any]]:
@@ -75,6 +76,9 @@ class Filters:
         if self.until is not None:
             sql.append("created_at < %s")
             args.append(self.until)
+        if self.finished_since is not None:
+            sql.append("finished_at >= %s")
+            args.append(self.finished_since)
         if self.payload is not None:
             sql.append("event_id IN (SELECT e.id FROM {s}.events e WHERE e.payload @> %s::jsonb)")
             args.append(_json(self.payload))
@@ -254,6 +258,36 @@ class Tables:
             rows = rows[:limit]
             return rows, (rows[-1]["created_at"], rows[-1]["id"])
         return rows, None
+
+    async def delivery_rows(self, delivery_ids: Sequence[str]) -> list[tuple[dict[str, Any], int]]:
+        """Archived deliveries with their attempt logs, and when each finished (ms)."""
+        async with self.conn() as c:
+            cur = await c.execute(
+                q(
+                    self.schema,
+                    "SELECT record, attempt_log, finished_at FROM {s}.deliveries"
+                    " WHERE id = ANY(%s)",
+                ),
+                (list(delivery_ids),),
+            )
+            return [({**r, "attempt_log": log}, int(at)) for r, log, at in await cur.fetchall()]
+
+    async def scan(
+        self, filters: Filters, *, after: tuple[int, str] | None, limit: int
+    ) -> list[tuple[str, int, str, str, str]]:
+        """Up to ``limit`` archived deliveries oldest first (by created, then id) after
+        ``after``: (id, created, status, type, endpoint id), for a replay job's walk."""
+        where, args = filters.where()
+        if after is not None:
+            where += " AND (created_at, id) > (%s, %s)"
+            args += [after[0], after[1]]
+        sql = (
+            "SELECT id, created_at, status, type, endpoint_id FROM {s}.deliveries"
+            f" WHERE {where} ORDER BY created_at, id LIMIT %s"
+        )
+        async with self.conn() as c:
+            cur = await c.execute(q(self.schema, sql), [*args, limit])
+            return [(i, int(c_), s, t, e) for i, c_, s, t, e in await cur.fetchall()]
 
     async def counts(self) -> dict[str, int]:
         """Archived deliveries by status."""

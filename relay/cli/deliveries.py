@@ -133,12 +133,13 @@ def dead(endpoint_id: str | None, limit: int, as_json: bool) -> None:
     emit(rows, as_json, table)
 
 
-async def _replay_all_dead(store: Store, endpoint_id: str | None, since: int | None) -> dict:
-    """Walk dead letters page by page (newest first) and replay each page in one go."""
-    await known_endpoint(store, endpoint_id)
-    total = await store.count_dead(since)
+async def _replay_all_dead(history: History, endpoint_id: str | None, since: int | None) -> dict:
+    """Walk dead letters page by page (newest first) and replay each page in one go; then
+    the archived ones (RELAY_ARCHIVE_URL), which come back to Redis live."""
+    await known_endpoint(history.store, endpoint_id)
+    total = await history.store.count_dead(since)
     with click.progressbar(length=total, label="replaying dead deliveries", file=sys.stderr) as bar:
-        replayed, refused = await store.replay_dead(
+        replayed, refused = await history.replay_dead(
             endpoint_id=endpoint_id, since=since, on_page=bar.update
         )
         bar.update(max(0, total - bar.pos))  # the total was an upper bound: finish the bar
@@ -209,7 +210,7 @@ def replay(
     if all_dead:
         if delivery_ids:
             raise click.UsageError("give delivery IDs or --all-dead, not both")
-        result = with_store(lambda s: _replay_all_dead(s, endpoint_id, since))
+        result = with_history(lambda h: _replay_all_dead(h, endpoint_id, since))
         if as_json:
             emit(result, True, lambda _: None)
         else:
@@ -221,7 +222,7 @@ def replay(
         raise click.UsageError("--endpoint and --since go with --all-dead or --until")
     if not delivery_ids:
         raise click.UsageError("give one or more delivery IDs, or --all-dead")
-    result = with_store(lambda s: s.replay(list(delivery_ids)))
+    result = with_history(lambda h: h.replay(list(delivery_ids)))
     per_id_outcome(result, as_json, "replayed")
 
 

@@ -12,9 +12,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from relay.domain import eventrecord
 from relay.queue.keys import ShardKeys
 from relay.queue.reads import Reads
+
+# The fields of an archived record that go back into a delivery's hash; the others come
+# from its id, its event's header or its indexes (relay/queue/records.py).
+RESTORED = frozenset(
+    {
+        "status", "attempts", "updated_at", "log_n", "endpoint_id", "last_status_code",
+        "last_error", "last_attempt_at", "finished_at", "replays", "replayed_at",
+        "discarded_at", "worker", "lane", "blocking", "app", "type",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +92,35 @@ class ArchiveMoves(Reads):
             args=args,
         )
         return None if int(res[0]) < 0 else (int(res[0]), int(res[1]))
+
+    async def archive_restore(
+        self, record: dict[str, Any], finished_at: int, stored_event: bytes | None
+    ) -> bool:
+        """Put an archived delivery back into Redis as it was when it finished (its event
+        too, when Redis has none), for a replay; False when Redis holds it already."""
+        sk = self.shard_keys_for(record["id"])
+        if sk is None:
+            return False
+        fields: list[Any] = []
+        for name, value in record.items():
+            if name in RESTORED and value is not None and value is not False:
+                fields += [name, "1" if value is True else value]
+        log = [orjson.dumps(e) for e in record.get("attempt_log", [])]
+        index = sk.dead if record["status"] == "dead" else sk.succeeded
+        args: list[Any] = [
+            record["id"],
+            record["event_id"],
+            record["created_at"],
+            finished_at,
+            stored_event or "",
+            len(fields) // 2,
+            *fields,
+            len(log),
+            *log,
+        ]
+        keys = [sk.delivery(record["id"]), sk.log(record["id"]), sk.event(record["event_id"])]
+        keys += [sk.events, index, sk.endpoint_index(record["endpoint_id"]), sk.due]
+        return bool(await self.scripts.archive_restore(keys=keys, args=args))
 
     async def finished_waiting(self, cutoff_ms: int) -> tuple[int, int | None]:
         """Finished deliveries past ``cutoff_ms`` still in Redis over every shard, and the

@@ -68,6 +68,7 @@ NAMES = (
     "resume",
     "expire",
     "archive_drop",
+    "archive_restore",
     "replay_scan",
     "replay_job",
     "event_type_put",

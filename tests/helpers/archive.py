@@ -4,6 +4,7 @@ a world of finished deliveries, and reads through the API."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -58,8 +59,11 @@ async def finished_world(store: Store, receiver: Receiver, events: int) -> dict[
 
 
 async def finish(store: Store, total: int) -> None:
-    """Run burst workers until ``total`` deliveries are finished (retries come due)."""
+    """Run burst workers until ``total`` deliveries are finished in Redis (retries come
+    due); a deadline, not a timing assertion."""
+    deadline = time.monotonic() + 120
     while True:
+        assert time.monotonic() < deadline, (await store.stats())["counts"]
         await asyncio.wait_for(Worker(store, store.settings).run(asyncio.Event(), burst=True), 120)
         counts = (await store.stats())["counts"]
         if counts["succeeded"] + counts["dead"] >= total:

@@ -8,10 +8,13 @@ import random
 from typing import Any
 
 from relay.archive.history import History
+from relay.domain import signing
+from relay.ops.replays import Job, ReplayRunner
 from tests.helpers.api import call
 from tests.helpers.archive import (
     FAR,
     archive_overrides,
+    finish,
     finished_world,
     list_all,
     mover_of,
@@ -73,3 +76,60 @@ def _filters(**kw: Any) -> Any:
     from relay.archive.tables import Filters
 
     return Filters(**kw)
+
+
+async def test_archived_dead_deliveries_replay_one_and_by_range(
+    make_store: Any, make_api: Any, receiver: Any, pg_server: Any
+) -> None:
+    store = await make_store(**archive_overrides(pg_server))
+    api = await make_api(store)
+    world = await finished_world(store, receiver, 6)
+    mover = await mover_of(store)
+    assert await mover.once(now_ms=FAR) == 12
+    dead = [ds[1] for _, ds in world["events"]]
+    first = await read(api, f"/v1/deliveries/{dead[0]}")
+    assert first["status"] == "dead" and len(first["attempt_log"]) == 2
+
+    status, body = await call(api, "POST", f"/v1/deliveries/{dead[0]}/replay")
+    assert (status, body) == (202, {"id": dead[0], "status": "pending"})
+    live = await read(api, f"/v1/deliveries/{dead[0]}")
+    assert live["status"] == "pending" and live["replays"] == 1
+    assert live["attempt_log"] == first["attempt_log"]  # its earlier attempts, live again
+    archived = await mover.tables.delivery(dead[0])
+    assert archived is not None and archived["status"] == "dead"
+    assert archived["attempt_log"] == first["attempt_log"]  # the archive keeps them too
+    status, body = await call(api, "POST", f"/v1/deliveries/{dead[0]}/replay")
+    assert status == 409 and body["current_status"] == "pending"  # replayed once, not twice
+
+    created = [ids_created(d) for d in dead]
+    spec = {"since": rfc3339(min(created)), "until": rfc3339(max(created) + 1), "status": ["dead"]}
+    status, dry = await call(api, "POST", "/v1/replays", json={**spec, "dry_run": True})
+    assert status == 200 and dry["matched"] == 5  # the archived dead ones (one is pending)
+    status, job = await call(api, "POST", "/v1/replays", json=spec)
+    assert status == 202
+    runner = ReplayRunner(store, owner="t", history=History.of(store))
+    assert (await store.replay_job("lease", job["id"], owner="t", lease_ms=60_000)).ok
+    loaded = Job(await store.get_replay_job(job["id"]) or {})
+    while await runner.step(loaded):
+        pass
+    assert (loaded.matched, loaded.replayed, loaded.skipped) == (5, 5, 0)
+    for d in dead:
+        assert (await read(api, f"/v1/deliveries/{d}"))["status"] == "pending"
+    await finish(store, 6)  # they fail again and die again, in Redis
+    assert await mover.once(now_ms=FAR) == 6
+    again = await read(api, f"/v1/deliveries/{dead[3]}")
+    assert again["status"] == "dead" and len(again["attempt_log"]) == 4
+    assert len(await list_all(api)) == 12
+    assert runner.history is not None
+    await runner.history.close()
+    await mover.tables.close()
+
+
+def rfc3339(ms: int) -> str:
+    return signing.rfc3339_ms(ms)
+
+
+def ids_created(delivery_id: str) -> int:
+    from relay.domain import ids
+
+    return int(ids.created_ms(delivery_id) or 0)
