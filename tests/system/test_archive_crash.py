@@ -12,9 +12,11 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from relay.ops import metrics
 from tests.helpers.api import call
 from tests.helpers.archive import archive_overrides, list_all, tables_of
 from tests.helpers.ordering_kit import start_workers, stop_workers, until, worker_env
+from tests.helpers.pg import PgServer, pg_bindir
 from tests.helpers.worker import add_endpoint, publish
 
 CRASH_ROUND = 3000
@@ -122,3 +124,46 @@ async def data_memory(store: Any) -> int:
 
 async def archived_past(tables: Any, count: int) -> bool:
     return sum((await tables.counts()).values()) > count
+
+
+async def test_postgresql_stopped_blocks_nothing_and_the_backlog_moves_later(
+    make_store: Any, make_api: Any, receiver: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    bindir = pg_bindir()
+    assert bindir is not None
+    pg = PgServer(bindir)  # its own server: this test stops it
+    pg.start()
+    try:
+        store = await make_store(**archive_overrides(pg))
+        tables = tables_of(store)
+        await tables.migrate()
+        await tables.close()
+        pg.pause()
+        api = await make_api(store)
+        await add_endpoint(store, receiver.url + "/ok")
+        for n in range(500):
+            status, _ = await call(
+                api, "POST", "/v1/events", json={"type": "t.x", "payload": {"n": n}}
+            )
+            assert status == 201
+        workers = await start_workers(env_of(store, redis_server.url), 1, tmp_path)
+        try:
+            await receiver.wait_for(500, within=120)
+
+            async def behind() -> bool:
+                backlog, _ = await metrics.archive_behind(store)
+                return backlog == 500
+
+            await until(behind)  # finished, past the hot retention, waiting in Redis
+            status, _ = await call(api, "GET", "/readyz")
+            assert status == 200  # publishing does not need PostgreSQL
+            assert len(await list_all(api, path="/v1/deliveries", status="pending")) == 0
+            pg.start_again()
+            await until(lambda: moved(store, tables, 500))
+        finally:
+            await stop_workers(workers)
+        assert await tables.counts() == {"succeeded": 500}
+        assert len(await list_all(api, limit=500)) == 500
+        await tables.close()
+    finally:
+        pg.stop()
