@@ -86,6 +86,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/apiauth.py
 	$(BIN)/python bench/ops_flood.py
 	$(BIN)/python bench/pool.py
+	$(BIN)/python bench/archive.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache build/site tools/node_modules dist
