@@ -96,9 +96,11 @@ async def test_a_worker_killed_twice_while_moving_loses_and_duplicates_nothing(
         await stop_workers(workers)
     second = await publish_many(store, ep["id"], CRASH_ROUND)
     workers = await start_workers({**env, "RELAY_ARCHIVE_BATCH": "50"}, 1, tmp_path, "kill")
+    chance = random.Random(11)
     for kill in range(2):
         before = sum((await tables.counts()).values())
-        await until(lambda b=before: archived_past(tables, b))  # a move is under way: kill
+        await until(lambda b=before: archived_past(tables, b))  # moves are under way
+        await asyncio.sleep(chance.uniform(0, 0.3))  # anywhere in a batch: read, write, drop
         workers[0].send_signal(signal.SIGKILL)
         await workers[0].wait()
         workers = await start_workers(env, 1, tmp_path, f"after-{kill}")
