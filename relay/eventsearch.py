@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay.archive.history import History
 from relay.endpoints.health import Health
 from relay.queue.store import EventFilter, Store
 
@@ -28,20 +29,31 @@ async def list_events(
     return await store.list_events(f, limit=limit, position=position)
 
 
-async def event_page(store: Store, event_id: str, *, expand: bool) -> dict[str, Any] | None:
+async def event_page(
+    store: Store, event_id: str, *, expand: bool, history: History | None = None
+) -> dict[str, Any] | None:
     """The event (payload, delivery refs, ``idempotency_key``); with ``expand``, its first
     :data:`EXPANDED` deliveries in full, the endpoints they go to (``endpoints``: id ->
     record, without the gone ones) and the body's length (``body_length``). None: no
-    such event."""
-    event = await store.get_event(event_id)
+    such event. With ``history``, an event or delivery that moved to the archive is read
+    from there (raises ArchiveUnavailable when the archive does not answer)."""
+    event = await (store if history is None else history).get_event(event_id)
     if event is None:
         return None
     event["delivery_count"] = len(event["deliveries"])
     if not expand:
         return event
     rows = await store.event_deliveries(event_id, EXPANDED)
+    if history is not None and len(rows) < min(len(event["deliveries"]), EXPANDED):
+        rows = await _from_both(history, event["deliveries"][:EXPANDED])
     await Health(store).explain_waits(rows)
     event["deliveries"] = rows
     event["endpoints"] = await store.get_endpoints({r["endpoint_id"] for r in rows})
     event["body_length"] = await store.event_body_length(event_id)
     return event
+
+
+async def _from_both(history: History, refs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The deliveries of ``refs`` in full, each from Redis or the archive."""
+    rows = [await history.get_delivery(ref["id"]) for ref in refs]
+    return [row for row in rows if row is not None]

@@ -21,11 +21,14 @@ import structlog
 from relay import logs, tracing
 from relay.api import create_app
 from relay.api import server as api_server
+from relay.archive.history import History
+from relay.archive.tables import Tables
 from relay.connectors.opsevents import OpsRelay
 from relay.delivery.attempt import BeforeSend
 from relay.delivery.worker import Worker, stop_tasks
 from relay.domain import redisfacts
 from relay.ops import metrics
+from relay.ops.archiving import Mover
 from relay.ops.replays import ReplayRunner
 from relay.ops.retention import Retention
 from relay.publishing import Publisher
@@ -150,20 +153,31 @@ async def run_worker(
         )
     sweeper = asyncio.create_task(Retention(store).run(), name="relay-sweeper")
     replays_stop = asyncio.Event()  # reconciliation replay jobs (relay/ops/replays.py)
-    replays = asyncio.create_task(ReplayRunner(store).run(replays_stop), name="relay-replays")
+    history = History.of(store)  # replay jobs walk the archive too (RELAY_ARCHIVE_URL)
+    replay_runner = ReplayRunner(store, history=history)
+    replays = asyncio.create_task(replay_runner.run(replays_stop), name="relay-replays")
     # operational events from the ops outboxes into the ops app; the ops app's endpoint
     # filters and its types' schemas run in a sandbox, as every tenant's do
     sandbox = Sandbox()
     ops = OpsRelay(store, Publisher(store, judge=sandbox, relay_events=True))
     worker.on_ops = ops.poke
     relay_task = asyncio.create_task(ops.run(stop), name="relay-ops-events")
+    mover = None  # the archive mover (relay/ops/archiving.py), with RELAY_ARCHIVE_URL set
+    if settings.archive_url:
+        tables = Tables(settings.archive_url, settings.archive_schema, size=2)
+        mover = Mover(store, tables, on_behind=ops.archive_behind)
+    moving = asyncio.create_task(mover.run(stop), name="relay-archive") if mover else None
     try:
         await worker.run(stop, burst=burst)
     finally:
         replays_stop.set()
+        if moving is not None and mover is not None:
+            await stop_tasks(moving)
+            await mover.tables.close()
         await stop_tasks(sweeper, relay_task)
         await sandbox.close()
         await asyncio.gather(replays, return_exceptions=True)
+        await history.close()
         if exporter is not None:
             await exporter.cleanup()
 

@@ -10,12 +10,10 @@ password inside the Redis URL) are redacted in its ``repr``.
 from __future__ import annotations
 
 import os
-import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from relay.domain import access, otelenv
 from relay.domain.retry import max_attempts_for, parse_duration, parse_schedule
@@ -27,6 +25,7 @@ from relay.domain.settingvalues import (
     _event_loop,
     _flag,
     _fraction,
+    _identifier,
     _log_format,
     _non_negative_int,
     _port,
@@ -37,34 +36,14 @@ from relay.domain.settingvalues import (
     _sentinels,
     _tokens,
     outbox_table,
+    redact_dsn,
+    redact_url,
 )
 
 DEFAULT_SCHEDULE = "5s,5m,30m,2h,5h,10h,10h"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEV_DIR = Path(".relay")  # `relay dev`'s data folder: api-token, redis-url, redis/
 DEV_REDIS_RECORD = "redis-url"  # in it: the Redis a running `relay dev` uses
-
-
-def _redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is not None:
-        # keep the host exactly as written (an IPv6 literal keeps its brackets)
-        netloc = f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}"
-        parts = parts._replace(netloc=netloc)
-    if parts.query:  # redis-py also takes ?password=...
-        query = "&".join(
-            f"{k}=***" if k.lower() == "password" else f"{k}{sep}{v}"
-            for k, sep, v in (p.partition("=") for p in parts.query.split("&"))
-        )
-        parts = parts._replace(query=query)
-    return urlunsplit(parts)
-
-
-def _redact_dsn(dsn: str) -> str:
-    """A PostgreSQL URL or ``key=value`` conninfo with its password hidden."""
-    if "://" in dsn:
-        return _redact_url(dsn)
-    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn, flags=re.I)
 
 
 REDIS = "Redis"
@@ -75,6 +54,7 @@ KEEPING = "Retention"
 JOBS = "Replay jobs"
 OPS = "Operational events"
 OUTBOX = "Postgres outbox"
+ARCHIVE = "History archive"
 PROCESS = "Processes and logs"
 
 
@@ -93,7 +73,7 @@ class Settings:
     redis_url: str = setting("RELAY_REDIS_URL", _redis_url, DEFAULT_REDIS_URL, group=REDIS,
         doc="Redis URL: `redis://`, `rediss://` or `unix://`. The operator commands use the "
         "Redis a running `relay dev` recorded in `.relay/redis-url` when it is unset",
-        secret=_redact_url)
+        secret=redact_url)
     dev_private_redis: bool = setting("RELAY_DEV_PRIVATE_REDIS", _flag, "0", group=REDIS,
         doc="`1`: `relay dev` starts its own `redis-server` even when one answers on the "
         "default URL (`relay dev --private-redis`, `make run PRIVATE_REDIS=1`)")
@@ -216,6 +196,25 @@ class Settings:
     sweep_interval: float = setting("RELAY_SWEEP_INTERVAL", _positive_duration, "60s",
         group=KEEPING, doc="how often each worker runs the retention sweep")
 
+    archive_url: str = setting("RELAY_ARCHIVE_URL", str, "", group=ARCHIVE,
+        secret=redact_dsn, doc="PostgreSQL URL of the history archive (docs/operating/"
+        "archive.md); unset: finished deliveries stay in Redis until their retention")
+    archive_schema: str = setting("RELAY_ARCHIVE_SCHEMA", _identifier, "relay", group=ARCHIVE,
+        doc="the PostgreSQL schema relay creates and migrates the archive's tables in")
+    hot_retention: float = setting("RELAY_HOT_RETENTION", _positive_duration, "1h",
+        group=ARCHIVE, doc="with the archive on, how long a finished delivery stays in Redis "
+        "before it moves: an hour keeps what operators look at first (the last failures, the "
+        "replays they just made) on the fast tier, and costs an hour of finished deliveries "
+        "of RAM")
+    archive_batch: int = setting("RELAY_ARCHIVE_BATCH", _positive_int, "500", group=ARCHIVE,
+        doc="finished deliveries one worker moves per PostgreSQL transaction")
+    archive_interval: float = setting("RELAY_ARCHIVE_INTERVAL", _positive_duration, "1s",
+        group=ARCHIVE, doc="how often each worker looks for deliveries to move when the last "
+        "look found none")
+    archive_backlog_alert: int = setting("RELAY_ARCHIVE_BACKLOG_ALERT", _positive_int,
+        "100000", group=ARCHIVE, doc="finished deliveries waiting to move past which relay "
+        "publishes the operational event `archive.behind`")
+
     replay_outstanding: int = setting("RELAY_REPLAY_OUTSTANDING", _positive_int, "100",
         group=JOBS, doc="a replay job's replayed, unfinished deliveries per endpoint, at most")
     replay_lease: float = setting("RELAY_REPLAY_LEASE", _positive_duration, "15s", group=JOBS,
@@ -228,7 +227,7 @@ class Settings:
         group=OPS, doc="an endpoint's dead letters within this window (per shard) are summed "
         "into one `delivery.dead`")
 
-    outbox_dsn: str = setting("RELAY_OUTBOX_DSN", str, "", group=OUTBOX, secret=_redact_dsn,
+    outbox_dsn: str = setting("RELAY_OUTBOX_DSN", str, "", group=OUTBOX, secret=redact_dsn,
         doc="PostgreSQL URL of the outbox (`relay outbox`); its password is redacted in logs")
     outbox_table: str = setting("RELAY_OUTBOX_TABLE", outbox_table, "relay_outbox",
         group=OUTBOX, doc="outbox table, `name` or `schema.name` (plain identifiers)")
@@ -270,7 +269,7 @@ class Settings:
     @property
     def redis_shown(self) -> str:
         """The Redis URL (password hidden) and where it came from, for messages."""
-        shown = f"{_redact_url(self.redis_url)} (from {self.redis_url_source})"
+        shown = f"{redact_url(self.redis_url)} (from {self.redis_url_source})"
         if self.redis_sentinels:
             at = ",".join(f"{host}:{port}" for host, port in self.redis_sentinels)
             shown += f", primary {self.redis_sentinel_master!r} from Sentinel {at}"

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from relay.api import (  # noqa: F401
     apikeys,
+    archive,
     batch,
     deliveries,
     docs,
@@ -27,6 +28,7 @@ from relay.api import (  # noqa: F401
 from relay.api.common import (
     ENDPOINT_CACHE,
     EVENT_TYPE_CACHE,
+    HISTORY,
     PAGES,
     PUBLISHER,
     ROUTES,
@@ -36,6 +38,8 @@ from relay.api.common import (
     max_request_bytes,
 )
 from relay.api.svix import routes as svix_routes  # noqa: F401  (/api/v1)
+from relay.archive.history import History
+from relay.archive.tables import Tables
 from relay.endpoints.cache import EndpointCache
 from relay.endpoints.catalog import EventTypeCache
 from relay.publishing import Publisher
@@ -68,8 +72,14 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
         app[PUBLISHER] = Publisher(
             app[STORE], cache.endpoints_for_app, app[EVENT_TYPE_CACHE].lookup, sandbox
         )
+        tables = None  # the history archive (RELAY_ARCHIVE_URL), read beside Redis
+        if settings.archive_url:
+            tables = Tables(settings.archive_url, settings.archive_schema)
+        app[HISTORY] = History(app[STORE], tables)
         listener = asyncio.create_task(app[ENDPOINT_CACHE].run(), name="relay-endpoint-cache")
         yield
+        if tables is not None:
+            await tables.close()
         await sandbox.close()
         listener.cancel()
         # Bounded: a subscriber stuck on a connection that vanished must not hold the

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hmac
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import web
 
@@ -37,6 +38,14 @@ from relay.settings import Settings
 
 # relay.api.common.ApiError (passed in: common imports this module)
 ErrorFactory = Callable[[int, str, str], web.HTTPException]
+
+
+class Owners(Protocol):
+    """What tells the app of an endpoint, event or delivery (the Store, or the reads over
+    both tiers, relay.archive.history)."""
+
+    async def app_of(self, kind: str, ident: str) -> str | None: ...
+
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 
@@ -63,6 +72,7 @@ RULES: dict[str, Rule] = {
     "GET /v1/events/{id}": Rule("read", "event"),
     "GET /v1/deliveries": READ,
     "GET /v1/deliveries/{id}": Rule("read", "delivery"),
+    "GET /v1/archive/deliveries": READ,
     "POST /v1/deliveries/{id}/replay": Rule("manage", "delivery"),
     "POST /v1/apps/{app}/portal": Rule("manage", "app", portal=False),
     "GET /v1/portal/session": READ,
@@ -99,7 +109,11 @@ def rule_of(request: web.Request) -> Rule | None:
 
 
 async def authorize(
-    request: web.Request, error: ErrorFactory, store: Store, settings: Settings
+    request: web.Request,
+    error: ErrorFactory,
+    store: Store,
+    settings: Settings,
+    history: Owners | None = None,
 ) -> None:
     """Decide a ``/v1`` request (see the module doc); raises ``error(status, code, text)``
     (``relay.api.common.ApiError``) to refuse it, else records the principal."""
@@ -148,11 +162,11 @@ async def authorize(
     if why is not None:
         raise error(403, "forbidden", why)
     if rule.owner is not None:
-        await _check_owner(request, rule, who, error, store)
+        await _check_owner(request, rule, who, error, history or store)
 
 
 async def _check_owner(
-    request: web.Request, rule: Rule, who: Principal, error: ErrorFactory, store: Store
+    request: web.Request, rule: Rule, who: Principal, error: ErrorFactory, store: Owners
 ) -> None:
     if rule.owner == "app":
         app = request.match_info["app"]

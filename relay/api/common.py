@@ -19,6 +19,8 @@ from pydantic import BaseModel, ValidationError
 
 from relay.api import access, bodies
 from relay.api.svix import errors as svix_errors
+from relay.archive.history import History
+from relay.archive.tables import ArchiveUnavailable
 from relay.domain import jsonlimits
 from relay.domain.schema import refusal
 from relay.endpoints.cache import EndpointCache
@@ -32,6 +34,7 @@ from relay.settings import Settings
 log = structlog.get_logger("relay.api")
 
 STORE = web.AppKey("store", Store)
+HISTORY = web.AppKey("history", History)  # reads over Redis and the archive
 ENDPOINT_CACHE = web.AppKey("endpoint_cache", EndpointCache)
 EVENT_TYPE_CACHE = web.AppKey("event_type_cache", EventTypeCache)
 PUBLISHER = web.AppKey("publisher", Publisher)
@@ -246,7 +249,9 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         if request.path.startswith(("/v1/", svix_errors.PREFIX)):
             # who is asking, and may they (relay.api.access: one rule per route)
-            await access.authorize(request, ApiError, request.app[STORE], request.app[SETTINGS])
+            await access.authorize(
+                request, ApiError, request.app[STORE], request.app[SETTINGS], request.app[HISTORY]
+            )
         return await handler(request)
     except ApiError:
         raise
@@ -269,6 +274,11 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         )
         late.headers["Retry-After"] = "1"
         raise late from None
+    except ArchiveUnavailable as exc:  # PostgreSQL away: Redis's tier alone would miss rows
+        log.warning("api.archive_unavailable", path=request.path, error=str(exc))
+        away = ApiError(503, "archive_unavailable", "the history archive does not answer; retry")
+        away.headers["Retry-After"] = "1"
+        raise away from None
     except SandboxUnavailable:  # no evaluator for filters and schemas: nothing written
         busy = ApiError(503, "unavailable", "filters and schemas cannot be run now; retry shortly")
         busy.headers["Retry-After"] = "1"

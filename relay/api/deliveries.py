@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from relay.api.access import scoped_app
-from relay.api.common import STORE, ApiError, body, found, json, query, route
+from relay.api.common import HISTORY, STORE, ApiError, body, found, json, query, route
 from relay.api.endpoints import load as load_endpoint
 from relay.api.models import (
     DeliveryDetail,
@@ -30,7 +30,7 @@ from relay.queue.store import Store
     tag="Deliveries",
     query=DeliveryQuery,
     responses={200: DeliveryList},
-    errors={400: ("invalid_cursor",)},
+    errors={400: ("invalid_cursor",), 503: ("archive_unavailable",)},
 )
 async def list_(request: web.Request) -> web.Response:
     """A page of deliveries, newest first, each saying why it waits when it does;
@@ -47,7 +47,7 @@ async def listing(
     store = request.app[STORE]
     app = scoped_app(request)  # a key lists its own app's only
     try:
-        rows, position = await store.list_deliveries(
+        rows, at = await request.app[HISTORY].list_deliveries(
             status=q.status,
             endpoint_id=q.endpoint_id,
             event_id=getattr(q, "event_id", None),
@@ -59,7 +59,7 @@ async def listing(
     except ValueError:  # a position relay sealed but cannot read: its own older format
         raise invalid_cursor() from None
     await Health(store).explain_waits(rows)
-    return json({"data": rows, "next_cursor": await sealed(request, position)})
+    return json({"data": rows, "next_cursor": await sealed(request, at)})
 
 
 async def sealed(request: web.Request, position: str | None) -> str | None:
@@ -101,12 +101,13 @@ async def cursor_position(request: web.Request, cursor: str | None) -> str | Non
     operation_id="getDelivery",
     tag="Deliveries",
     responses={200: DeliveryDetail},
+    errors={503: ("archive_unavailable",)},
 )
 async def read(request: web.Request) -> web.Response:
     """The delivery with its ``attempt_log`` (one entry per request: number, time,
     duration, status or error, worker) and ``waiting``: why it is not going out now."""
     ident = request.match_info["id"]
-    delivery = found(await request.app[STORE].get_delivery(ident), "delivery", ident)
+    delivery = found(await request.app[HISTORY].get_delivery(ident), "delivery", ident)
     await Health(request.app[STORE]).explain_waits([delivery])
     return json(delivery)
 
@@ -124,7 +125,7 @@ async def replay(request: web.Request) -> web.Response:
     """Back to ``pending`` with a fresh attempt budget. A dead head blocking its ordered
     lane is retried in place; any other delivery of a lane goes to its back."""
     delivery_id = request.match_info["id"]
-    result = (await request.app[STORE].replay([delivery_id]))[delivery_id]
+    result = (await request.app[HISTORY].replay([delivery_id]))[delivery_id]
     if result == "ok":
         return json({"id": delivery_id, "status": "pending"}, status=202)
     result = await _shown_status(request.app[STORE], delivery_id, result)
@@ -193,5 +194,5 @@ async def recover(request: web.Request) -> web.Response:
     since = None
     if request.can_read_body:
         since = (await body(request, RecoverIn))[0].since
-    recovered, _ = await request.app[STORE].replay_dead(endpoint_id=endpoint["id"], since=since)
+    recovered, _ = await request.app[HISTORY].replay_dead(endpoint_id=endpoint["id"], since=since)
     return json({"recovered": recovered}, status=202)

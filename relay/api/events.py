@@ -8,7 +8,7 @@ from aiohttp import web
 
 from relay import tracing
 from relay.api.access import pinned_app
-from relay.api.common import PUBLISHER, STORE, ApiError, body, found, json, query, route
+from relay.api.common import HISTORY, PUBLISHER, STORE, ApiError, body, found, json, query, route
 from relay.api.deliveries import cursor_position, invalid_cursor, sealed
 from relay.api.eventmodels import EventList, EventPage, EventPageQuery, EventQuery
 from relay.api.models import EventOut, EventPublishIn
@@ -176,7 +176,7 @@ async def list_(request: web.Request) -> web.Response:
     tag="Events",
     query=EventPageQuery,
     responses={200: EventPage},
-    errors={422: ("validation_error",)},
+    errors={422: ("validation_error",), 503: ("archive_unavailable",)},
 )
 async def read(request: web.Request) -> web.Response:
     """The event with its payload, its ``idempotency_key``, its deliveries, and
@@ -186,7 +186,8 @@ async def read(request: web.Request) -> web.Response:
     header values hidden)."""
     ident = request.match_info["id"]
     q = query(request, EventPageQuery)
-    page = await event_page(request.app[STORE], ident, expand=q.expand == "deliveries")
+    expand = q.expand == "deliveries"
+    page = await event_page(request.app[STORE], ident, expand=expand, history=request.app[HISTORY])
     event = shown(found(page, "event", ident))
     endpoints, body_len = event.pop("endpoints", {}), event.pop("body_length", None)
     for row in event["deliveries"] if q.expand else ():

@@ -252,6 +252,26 @@ class DeliveryQuery(Strict):
     cursor: Annotated[str | None, Field(max_length=512)] = None
 
 
+class ArchiveQuery(Strict):
+    """A search of archived deliveries (``GET /v1/archive/deliveries``)."""
+
+    since: int | None = Field(default=None, ge=0, description="created at or after (ms)")
+    until: int | None = Field(default=None, ge=0, description="created before (ms)")
+    endpoint_id: Annotated[str | None, Field(max_length=64)] = None
+    status: Literal["succeeded", "dead"] | None = None
+    status_code: int | None = Field(
+        default=None, ge=100, le=599, description="the last answer's HTTP status"
+    )
+    type: TypeFilter = None
+    payload: Annotated[str | None, Field(max_length=4096)] = Field(
+        default=None,
+        description="a JSON object the event's payload contains (`payload @> {...}`), "
+        'e.g. `{"customer_id": 42}`',
+    )
+    limit: Annotated[int, Field(ge=1, le=500)] = 50
+    cursor: Annotated[str | None, Field(max_length=512)] = None
+
+
 class UiDeliveryQuery(Strict):
     """The dashboard's listing: no event filter, smaller pages."""
 
@@ -321,6 +341,11 @@ class StatsOut(BaseModel):
         "and scheduled deliveries), processing, oldest_due_age_seconds"
     )
     reclaimed_total: int
+    archived: dict[str, int] | None = Field(
+        default=None,
+        description="with the archive on: deliveries in PostgreSQL by status (counted in "
+        "counts too)",
+    )
     blocked_lanes: int = Field(
         description="ordered lanes stopped at a dead head (ordering_on_dead: block)"
     )

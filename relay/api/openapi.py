@@ -73,7 +73,9 @@ ERRORS = {
     "unavailable": "Redis is down, loading, read-only or full, or no evaluator for filters "
     "and schemas could start: nothing written; retry",
     "replication_timeout": "not confirmed by RELAY_ACK_REPLICAS replicas in time; retry",
+    "archive_unavailable": "the history archive (PostgreSQL) does not answer; retry",
     "invalid_cursor": "a cursor relay did not make for this caller; list from the start",
+    "invalid_payload_filter": "the payload filter is not a JSON object",
     "public_url_required": "the Host is not loopback and RELAY_PUBLIC_URL is not set",
     "request_timeout": "the body did not arrive within RELAY_BODY_TIMEOUT",
     "unsupported": "a Svix feature relay does not have (docs/guides/svix.md lists each)",

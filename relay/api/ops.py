@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from aiohttp import web
 from pydantic import BaseModel, RootModel
 
-from relay.api.common import SETTINGS, STORE, json, route
+from relay.api.common import HISTORY, SETTINGS, STORE, json, route
 from relay.api.models import StatsOut
 from relay.api.openapi import openapi_document
 from relay.ops import metrics
@@ -72,11 +72,12 @@ async def readyz(request: web.Request) -> web.Response:
     operation_id="getStats",
     tag="Operations",
     responses={200: StatsOut},
+    errors={503: ("archive_unavailable",)},
 )
 async def stats(request: web.Request) -> web.Response:
     """Deliveries by status, the due, scheduled and processing queues, the age of the
     oldest due delivery and the ordered lanes blocked by a dead head (the operator's)."""
-    return json(await request.app[STORE].stats())
+    return json(await request.app[HISTORY].stats())
 
 
 @route(

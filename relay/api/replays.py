@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, Field
 
-from relay.api.common import STORE, ApiError, body, found, json, route
+from relay.api.common import HISTORY, STORE, ApiError, body, found, json, route
 from relay.domain.replayspec import ReplayIn
 from relay.ops.replays import ReplayNotRunning, Replays
 
@@ -80,7 +80,7 @@ async def start(request: web.Request) -> web.Response:
     store = request.app[STORE]
     if spec.endpoint_id is not None and not await store.endpoint_known(spec.endpoint_id):
         raise ApiError(422, "unknown_endpoint", f"endpoint {spec.endpoint_id} does not exist")
-    replays = Replays(store)
+    replays = Replays(store, request.app[HISTORY])
     if spec.dry_run:
         return json({"dry_run": True, "matched": await replays.count(spec)})
     return json(await replays.start(spec), status=202)

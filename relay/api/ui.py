@@ -21,7 +21,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from relay import __version__
-from relay.api.common import STORE, ApiError, json, page, route
+from relay.api.common import HISTORY, STORE, ApiError, json, page, route
 from relay.api.deliveries import listing
 from relay.api.eventmodels import SentHeader
 from relay.api.events import shown
@@ -217,12 +217,12 @@ async def deliveries(request: web.Request) -> web.Response:
 async def delivery_view(request: web.Request) -> web.Response:
     """The drawer of the dashboard: the delivery, its event and endpoint, and the headers
     it was sent with (signatures and custom header values hidden)."""
-    store = request.app[STORE]
-    delivery = await store.get_delivery(request.match_info["id"])
+    store, history = request.app[STORE], request.app[HISTORY]
+    delivery = await history.get_delivery(request.match_info["id"])
     if delivery is None:
         raise ApiError(404, "not_found", f"delivery {request.match_info['id']} does not exist")
     await Health(store).explain_waits([delivery])
-    event = await store.get_event(delivery["event_id"])
+    event = await history.get_event(delivery["event_id"])
     endpoint = await store.get_endpoint(delivery["endpoint_id"])
     body_len = None
     if event is not None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from relay.archive.history import History
 from relay.cli.output import (
     TIME,
     cut,
@@ -17,6 +18,7 @@ from relay.cli.output import (
     outbox_backlog,
     per_id_outcome,
     print_rows,
+    with_history,
     with_store,
 )
 from relay.cli.replays import cancel_job, job_spec, run_job
@@ -24,9 +26,9 @@ from relay.ops.retention import Retention
 from relay.queue.store import Store
 
 
-async def _stats_with_redis(store: Store) -> dict[str, Any]:
-    data = await store.stats()
-    data["redis"] = (await store.server_facts()).as_dict()  # role, persistence, replicas
+async def _stats_with_redis(history: History) -> dict[str, Any]:
+    data = await history.stats()
+    data["redis"] = (await history.store.server_facts()).as_dict()  # role, persistence, replicas
     return data
 
 
@@ -40,7 +42,7 @@ def stats(as_json: bool) -> None:
       relay stats
       relay stats --json | jq .queue.due
     """
-    data = with_store(_stats_with_redis)
+    data = with_history(_stats_with_redis)
     settings = operator_settings()
     if settings.outbox_dsn:  # the outbox backlog too, when this machine publishes from one
         data["outbox"] = outbox_backlog(settings.outbox_dsn, settings.outbox_table)
@@ -84,10 +86,10 @@ async def known_endpoint(store: Store, endpoint_id: str | None) -> None:
 
 
 async def _dead(
-    store: Store, endpoint_id: str | None, limit: int
+    history: History, endpoint_id: str | None, limit: int
 ) -> tuple[list[dict[str, Any]], str | None]:
-    await known_endpoint(store, endpoint_id)
-    return await store.list_deliveries(status="dead", endpoint_id=endpoint_id, limit=limit)
+    await known_endpoint(history.store, endpoint_id)
+    return await history.list_deliveries(status="dead", endpoint_id=endpoint_id, limit=limit)
 
 
 @click.command()
@@ -107,7 +109,7 @@ def dead(endpoint_id: str | None, limit: int, as_json: bool) -> None:
     Example:
       relay dead --endpoint ep_01J... --limit 20
     """
-    rows, more = with_store(lambda s: _dead(s, endpoint_id, limit))
+    rows, more = with_history(lambda h: _dead(h, endpoint_id, limit))
 
     def table(rs: list[dict[str, Any]]) -> None:
         print_rows(
@@ -131,12 +133,13 @@ def dead(endpoint_id: str | None, limit: int, as_json: bool) -> None:
     emit(rows, as_json, table)
 
 
-async def _replay_all_dead(store: Store, endpoint_id: str | None, since: int | None) -> dict:
-    """Walk dead letters page by page (newest first) and replay each page in one go."""
-    await known_endpoint(store, endpoint_id)
-    total = await store.count_dead(since)
+async def _replay_all_dead(history: History, endpoint_id: str | None, since: int | None) -> dict:
+    """Walk dead letters page by page (newest first) and replay each page in one go; then
+    the archived ones (RELAY_ARCHIVE_URL), which come back to Redis live."""
+    await known_endpoint(history.store, endpoint_id)
+    total = await history.store.count_dead(since)
     with click.progressbar(length=total, label="replaying dead deliveries", file=sys.stderr) as bar:
-        replayed, refused = await store.replay_dead(
+        replayed, refused = await history.replay_dead(
             endpoint_id=endpoint_id, since=since, on_page=bar.update
         )
         bar.update(max(0, total - bar.pos))  # the total was an upper bound: finish the bar
@@ -207,7 +210,7 @@ def replay(
     if all_dead:
         if delivery_ids:
             raise click.UsageError("give delivery IDs or --all-dead, not both")
-        result = with_store(lambda s: _replay_all_dead(s, endpoint_id, since))
+        result = with_history(lambda h: _replay_all_dead(h, endpoint_id, since))
         if as_json:
             emit(result, True, lambda _: None)
         else:
@@ -219,7 +222,7 @@ def replay(
         raise click.UsageError("--endpoint and --since go with --all-dead or --until")
     if not delivery_ids:
         raise click.UsageError("give one or more delivery IDs, or --all-dead")
-    result = with_store(lambda s: s.replay(list(delivery_ids)))
+    result = with_history(lambda h: h.replay(list(delivery_ids)))
     per_id_outcome(result, as_json, "replayed")
 
 

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 import orjson
 
+from relay.archive.history import History
 from relay.domain.retry import parse_duration
 from relay.queue.store import Store, connect
 from relay.settings import Settings, SettingsError
@@ -48,6 +49,20 @@ def _unreachable(settings: Settings, exc: BaseException) -> click.ClickException
             " delete that file or set RELAY_REDIS_URL"
         )
     return click.ClickException(f"cannot reach Redis at {settings.redis_shown}: {exc}{hint}")
+
+
+def with_history(fn: Callable[[History], Awaitable[T]]) -> T:
+    """Run ``fn`` against the reads of both tiers (Redis, and the archive when
+    ``RELAY_ARCHIVE_URL`` is set), as the API answers them."""
+
+    async def go(store: Store) -> T:
+        history = History.of(store)
+        try:
+            return await fn(history)
+        finally:
+            await history.close()
+
+    return with_store(go)
 
 
 def with_store(fn: Callable[[Store], Awaitable[T]]) -> T:

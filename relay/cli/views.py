@@ -7,26 +7,28 @@ from typing import Any
 import click
 import orjson
 
-from relay.cli.output import cut, emit, iso, json_option, print_rows, with_store
+from relay.archive.history import History
+from relay.cli.output import cut, emit, iso, json_option, print_rows, with_history, with_store
 from relay.domain import ids
 from relay.endpoints.health import Health
 from relay.queue.store import Store
 
 
-async def _inspect(store: Store, ident: str) -> dict[str, Any] | None:
+async def _inspect(history: History, ident: str) -> dict[str, Any] | None:
+    store = history.store
     if ids.looks_like(ident, "evt"):
-        event = await store.get_event(ident)
+        event = await history.get_event(ident)
         sk = store.shard_keys_for(ident)
         if event is None or sk is None:
             return None
-        rows = await store.get_deliveries(sk, [d["id"] for d in event["deliveries"]])
-        found = {r["id"]: r for r in rows}
+        rows = [await history.get_delivery(d["id"], with_log=False) for d in event["deliveries"]]
+        found = {r["id"]: r for r in rows if r is not None}
         for d in event["deliveries"]:
             row = found.get(d["id"])
             d["status"] = row["status"] if row else "expired"
             d["attempts"] = row["attempts"] if row else None
         return {"kind": "event", **event}
-    delivery = await store.get_delivery(ident)
+    delivery = await history.get_delivery(ident)
     if delivery is None:
         return None
     await Health(store).explain_waits([delivery])
@@ -118,7 +120,7 @@ def inspect(ident: str, as_json: bool) -> None:
     Example:
       relay inspect dlv_01J...
     """
-    data = with_store(lambda s: _inspect(s, ident))
+    data = with_history(lambda h: _inspect(h, ident))
     if data is None:
         raise click.ClickException(f"{ident} not found")
     if as_json:

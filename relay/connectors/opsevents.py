@@ -141,3 +141,17 @@ class OpsRelay:
             event_id=published.answer["id"],
             created=published.created,
         )
+
+    async def archive_behind(self, backlog: int, lag: float) -> None:
+        """Publish ``archive.behind``: finished deliveries waiting to move to the archive
+        passed ``RELAY_ARCHIVE_BACKLOG_ALERT`` (at most one event per hour)."""
+        now = time.time()
+        entry = {
+            "id": f"archive.behind:{int(now // 3600)}",
+            "type": "archive.behind",
+            "at": int(now * 1000),
+            "backlog": backlog,
+            "lag_seconds": lag,
+            "threshold": self.store.settings.archive_backlog_alert,
+        }
+        await self._publish(orjson.dumps(entry).decode())

@@ -155,3 +155,23 @@ def deliveries(event_id: str, header: dict[str, Any]) -> list[tuple[str, str]]:
 def listed(event_id: str, header: dict[str, Any]) -> list[dict[str, str]]:
     """The event's deliveries as the API lists them."""
     return [{"id": d, "endpoint_id": e} for d, e in deliveries(event_id, header)]
+
+
+def view(event_id: str, value: str | bytes) -> dict[str, Any]:
+    """The event as the API shows it, from its stored form (Redis's, or the archive's copy
+    of it)."""
+    header = header_of(value)
+    event = {
+        "id": event_id,
+        "type": header["type"],
+        "app": header["app"],
+        "created_at": created(event_id, header),
+        "payload": payload(value),
+        "deliveries": listed(event_id, header),
+    }
+    if "filtered" in header:  # endpoints whose filter erred on it (relay.domain.filters)
+        event["filtered"] = header["filtered"]
+    if "at" in header:  # published for later: its deliver_at, ms
+        event["deliver_at"] = header["at"]
+    event["idempotency_key"] = header.get("ik")  # the Idempotency-Key it came with
+    return event

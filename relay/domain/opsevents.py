@@ -15,6 +15,7 @@ TYPES = (
     "endpoint.failing",
     "endpoint.recovered",
     "delivery.dead",
+    "archive.behind",
 )
 
 # The fields each type carries besides ops_id, endpoint_id, app and at.
@@ -24,6 +25,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "endpoint.failing": ("failures", "open_until"),
     "endpoint.recovered": ("opened_at",),
     "delivery.dead": ("count", "first_id", "first_at", "last_id", "last_at", "window_start"),
+    "archive.behind": ("backlog", "lag_seconds", "threshold"),
 }
 
 

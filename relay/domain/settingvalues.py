@@ -4,7 +4,7 @@ is wrong (:func:`relay.domain.settingspec.read_env` names the variable)."""
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from relay.domain.retry import parse_duration
 
@@ -116,6 +116,13 @@ def _prefix(raw: str) -> str:
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,57}$")
 
 
+def _identifier(raw: str) -> str:
+    """One plain PostgreSQL identifier (letters, digits, ``_``), at most 58 characters."""
+    if not _IDENT.match(raw):
+        raise ValueError("expected letters, digits and _, not starting with a digit")
+    return raw
+
+
 def outbox_table(raw: str) -> str:
     """``name`` or ``schema.name``: plain identifiers (letters, digits, ``_``), the name
     short enough for the ``_dead`` table and ``_notify`` function beside it."""
@@ -138,3 +145,26 @@ def _log_format(raw: str) -> str:
     if raw not in ("json", "console"):
         raise ValueError("expected json or console")
     return raw
+
+
+def redact_url(url: str) -> str:
+    """A URL with the password in it (user part or ``?password=``) hidden."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        # keep the host exactly as written (an IPv6 literal keeps its brackets)
+        netloc = f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}"
+        parts = parts._replace(netloc=netloc)
+    if parts.query:  # redis-py also takes ?password=...
+        query = "&".join(
+            f"{k}=***" if k.lower() == "password" else f"{k}{sep}{v}"
+            for k, sep, v in (p.partition("=") for p in parts.query.split("&"))
+        )
+        parts = parts._replace(query=query)
+    return urlunsplit(parts)
+
+
+def redact_dsn(dsn: str) -> str:
+    """A PostgreSQL URL or ``key=value`` conninfo with its password hidden."""
+    if "://" in dsn:
+        return redact_url(dsn)
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn, flags=re.I)

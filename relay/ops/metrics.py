@@ -133,6 +133,27 @@ EXPIRED = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+ARCHIVED = Counter(
+    "relay_archived",
+    "Records this process moved to the archive (kind: delivery or event)",
+    ["kind"],
+    registry=REGISTRY,
+)
+ARCHIVE_ERRORS = Counter(
+    "relay_archive_errors",
+    "Archive moves this process gave up on for now (PostgreSQL away or refusing)",
+    registry=REGISTRY,
+)
+ARCHIVE_BACKLOG = Gauge(
+    "relay_archive_backlog",
+    "Finished deliveries past RELAY_HOT_RETENTION still in Redis, waiting to move",
+    registry=REGISTRY,
+)
+ARCHIVE_LAG = Gauge(
+    "relay_archive_lag_seconds",
+    "How long the oldest delivery waiting to move has been past RELAY_HOT_RETENTION",
+    registry=REGISTRY,
+)
 API_CONNECTIONS_REFUSED = Counter(
     "relay_api_connections_refused",
     "Connections the API closed on arrival: their client address was at "
@@ -262,12 +283,28 @@ async def refresh(store: Any) -> None:
         log.warning("metrics.redis_unavailable", error=str(exc))
         return
     set_queue(stats)
+    if store.settings.archive_url:
+        await refresh_archive(store)
     ENDPOINTS.set(count)
     # No await from here on: a concurrent scrape never sees the gauge half rebuilt.
     BREAKER.clear()
     for endpoint_id, view in breakers.items():
         BREAKER.labels(endpoint_id).set(BREAKER_STATES.get(view["state"], 0))
     REDIS_UP.set(1)
+
+
+async def archive_behind(store: Any) -> tuple[int, float]:
+    """Finished deliveries waiting to move to the archive, and the lag (s) of the oldest."""
+    now = await store.now_ms()
+    cutoff = now - int(store.settings.hot_retention * 1000)
+    backlog, oldest = await store.finished_waiting(cutoff)
+    return backlog, 0.0 if oldest is None else round((cutoff - oldest) / 1000, 3)
+
+
+async def refresh_archive(store: Any) -> None:
+    backlog, lag = await archive_behind(store)
+    ARCHIVE_BACKLOG.set(backlog)
+    ARCHIVE_LAG.set(lag)
 
 
 async def render(store: Any) -> web.Response:

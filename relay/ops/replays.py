@@ -42,6 +42,8 @@ from typing import Any
 import orjson
 import structlog
 
+from relay.archive.history import History
+from relay.archive.tables import Filters
 from relay.domain import ids
 from relay.domain.replayspec import ReplayIn, job_view, wanted
 from relay.queue.errors import is_transient
@@ -65,8 +67,9 @@ class ReplayNotRunning(Exception):
 class Replays:
     """Start, count, read, list and cancel jobs (the API and the CLI call these)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, history: History | None = None) -> None:
         self.store = store
+        self.history = history
 
     async def count(self, spec: ReplayIn) -> int:
         """A dry run: how many deliveries a job would replay now (nothing is written)."""
@@ -87,6 +90,13 @@ class Replays:
                 if done or not rows:
                     break
                 cursor = (rows[-1].created, rows[-1].id)
+        at: tuple[int, str] | None = None
+        while self.history is not None and self.history.tables is not None:
+            page = await self.history.tables.scan(archived(params), after=at, limit=PAGE)
+            matched += sum(1 for r in await cold(self.store, page) if wanted(params, r[2], r[3]))
+            if len(page) < PAGE:
+                break
+            at = (page[-1][1], page[-1][0])
         return matched
 
     async def start(self, spec: ReplayIn) -> dict[str, Any]:
@@ -108,6 +118,20 @@ class Replays:
         if not done.ok:
             raise ReplayNotRunning(done.state)
         return await self.get(replay_id) or {}
+
+
+def archived(params: dict[str, Any]) -> Filters:
+    """What a job's range selects in the archive (its ``until`` is inclusive)."""
+    return Filters(
+        endpoint_id=params["endpoint_id"], since=params["since"], until=params["until"] + 1
+    )
+
+
+async def cold(store: Store, page: list[tuple[str, int, str, str, str]]) -> list[Any]:
+    """The archived rows of ``page`` that Redis does not hold: one Redis holds is live
+    again (replayed) or not yet removed, and Redis's walk met it."""
+    held = await store.delivery_statuses([r[0] for r in page])
+    return [r for r in page if not held[r[0]]]
 
 
 class Job:
@@ -144,8 +168,17 @@ class Job:
 class ReplayRunner:
     """Advances the replay jobs this worker holds the lease of (one task per job)."""
 
-    def __init__(self, store: Store, *, poll: float = POLL, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        poll: float = POLL,
+        owner: str | None = None,
+        history: History | None = None,
+    ) -> None:
         self.store = store
+        self.history = history  # with the archive on: its deliveries are walked last
+        self.tables = history.tables if history is not None else None
         self.settings = store.settings
         self.poll = poll
         self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -252,6 +285,9 @@ class ReplayRunner:
 
     async def _walk(self, job: Job) -> None:
         params = job.params
+        if job.shard >= self.settings.shards:  # every shard walked: now the archive's
+            await self._walk_archive(job)
+            return
         rows, done = await self.store.replay_scan(
             self.store.keys.shard(job.shard),
             endpoint_id=params["endpoint_id"],
@@ -269,7 +305,19 @@ class ReplayRunner:
         if done or not rows:
             job.shard += 1
             job.at = None
-            job.scan_done = job.shard >= self.settings.shards
+            job.scan_done = job.shard >= self.settings.shards and self.tables is None
+
+    async def _walk_archive(self, job: Job) -> None:
+        """The archived deliveries of the range, oldest first, after Redis's shards."""
+        assert self.tables is not None
+        page = await self.tables.scan(archived(job.params), after=job.at, limit=PAGE)
+        for r in await cold(self.store, page):
+            if wanted(job.params, r[2], r[3]):
+                job.waiting.append([r[0], r[4]])
+                job.matched += 1
+        if page:
+            job.at = (page[-1][1], page[-1][0])
+        job.scan_done = len(page) < PAGE
 
     async def _release(self, job: Job) -> bool:
         if not job.waiting or len(job.outstanding) >= OUTSTANDING_MAX:
@@ -294,7 +342,8 @@ class ReplayRunner:
                 rest.append(item)
         if not chosen:
             return False
-        result = await self.store.replay([d for d, _ in chosen])
+        replayer = self.history or self.store  # History restores archived ones first
+        result = await replayer.replay([d for d, _ in chosen])
         for item in chosen:
             if result.get(item[0]) == "ok":
                 job.replayed += 1

@@ -35,6 +35,7 @@ key                                        type    holds
 ``relay:v3:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
 ``relay:v3:{s0}:ik:<key>``                 zset    events published with that Idempotency-Key
 ``relay:v3:{s0}:stats``                    hash    shard counters (reclaimed)
+``relay:v3:{s0}:archiving``                string  the archive mover's lease on the shard (token)
 ``relay:v3:{s0}:wake``                     pubsub  "work became due earlier than you thought"
 ``relay:v3:{s0}:ops``                      list    ops outbox: delivery.dead summaries
 ``relay:v3:{s0}:opsdead``                  zset    endpoints with a dead tally, score = window start
@@ -123,6 +124,12 @@ class ShardKeys:
     @property
     def stats(self) -> str:
         return self.base + "stats"
+
+    @property
+    def archiving(self) -> str:
+        """The lease of the one worker moving this shard's finished deliveries to the
+        archive (relay/archive/mover.py): its token, with a TTL."""
+        return self.base + "archiving"
 
     @property
     def wake(self) -> str:

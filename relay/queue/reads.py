@@ -161,21 +161,7 @@ class Reads(StoreBase):
         raw = await self.redis.get(sk.event(event_id))
         if raw is None:
             return None
-        header = eventrecord.header_of(raw)
-        event = {
-            "id": event_id,
-            "type": header["type"],
-            "app": header["app"],
-            "created_at": eventrecord.created(event_id, header),
-            "payload": eventrecord.payload(raw),
-            "deliveries": eventrecord.listed(event_id, header),
-        }
-        if "filtered" in header:  # endpoints whose filter erred on it (relay.domain.filters)
-            event["filtered"] = header["filtered"]
-        if "at" in header:  # published for later: its deliver_at, ms
-            event["deliver_at"] = header["at"]
-        event["idempotency_key"] = header.get("ik")  # the Idempotency-Key it came with
-        return event
+        return eventrecord.view(event_id, raw)
 
     async def endpoint_known(self, endpoint_id: str) -> bool:
         """Whether the endpoint exists, or once did and still has deliveries indexed

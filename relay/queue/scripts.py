@@ -68,6 +68,8 @@ NAMES = (
     "hold",
     "resume",
     "expire",
+    "archive_drop",
+    "archive_restore",
     "replay_scan",
     "replay_job",
     "event_type_put",

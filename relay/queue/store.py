@@ -20,7 +20,8 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.auth`: API keys and portal sessions (credentials, API rate limit);
 * :mod:`relay.queue.opsbox`: the ops outboxes of operational events;
 * :mod:`relay.queue.apps`: the applications of the Svix-compatible API;
-* :mod:`relay.queue.requests`: its POSTs' idempotency keys.
+* :mod:`relay.queue.requests`: its POSTs' idempotency keys;
+* :mod:`relay.queue.moving`: what the archive mover reads and removes.
 
 Services and entry points use the Store's methods, never its ``redis`` client.
 """
@@ -39,6 +40,7 @@ from relay.queue.eventlist import EventFilter, EventListing
 from relay.queue.eventtypes import EventTypeRecords
 from relay.queue.facts import ServerFacts
 from relay.queue.migrate import Migrated, Migration
+from relay.queue.moving import ArchiveMoves, Finished
 from relay.queue.opsbox import OpsOutbox
 from relay.queue.reads import Reads, decode_cursor, encode_cursor
 from relay.queue.records import (
@@ -60,6 +62,7 @@ __all__ = [
     "ClaimResult",
     "Claimed",
     "EventFilter",
+    "Finished",
     "JobWrite",
     "Migrated",
     "Outcome",
@@ -78,6 +81,7 @@ class Store(
     Transitions,
     Dashboard,  # before Reads, whose subclass it is (it reads headers as Reads does)
     EventListing,  # so is this one
+    ArchiveMoves,  # a subclass of Reads too (it reads records and events as Reads does)
     Reads,
     Counts,
     EndpointRecords,

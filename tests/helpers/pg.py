@@ -68,7 +68,10 @@ class PgServer:
             "UTF8",
             "--no-sync",
         )
-        log = open(self.root / "postgres.log", "wb")
+        self._spawn()
+
+    def _spawn(self) -> None:
+        log = open(self.root / "postgres.log", "ab")
         self.proc = subprocess.Popen(
             [
                 str(self.bindir / "postgres"),
@@ -112,7 +115,19 @@ class PgServer:
                     raise
                 time.sleep(0.05)
 
+    def pause(self) -> None:
+        """Stop the server and keep its data (:meth:`start_again` brings it back)."""
+        self._halt()
+
+    def start_again(self) -> None:
+        """The paused server again, on its port: clients reconnect to the same DSN."""
+        self._spawn()
+
     def stop(self) -> None:
+        self._halt()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _halt(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)  # "fast" shutdown: ends open sessions
             try:
@@ -120,4 +135,3 @@ class PgServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        shutil.rmtree(self.root, ignore_errors=True)

@@ -93,6 +93,7 @@ TABLE = [
     R("GET /v1/events/{id}", "event", f"200 403 200 200 200 404 {NO}"),
     R("GET /v1/deliveries", "", f"200 403 200 200 200 200 {NO}"),
     R("GET /v1/deliveries/{id}", "delivery", f"200 403 200 200 200 404 {NO}"),
+    R("GET /v1/archive/deliveries", "", f"200 403 200 200 200 200 {NO}"),
     R("POST /v1/deliveries/{id}/replay", "delivery!", f"202 403 403 202 202 404 {NO}"),
     R("POST /v1/deliveries/{id}/discard", "delivery!", f"202 403 403 202 202 404 {NO}"),
     R("POST /v1/apps/{app}/portal", "app", f"201 403 403 201 403 404 {NO}"),

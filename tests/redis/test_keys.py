@@ -467,6 +467,14 @@ async def lifecycle(store: Store) -> None:
     assert (await store.authenticate("h2", 10, 5)).state == "ok"
     assert await store.cursor_key() == await store.cursor_key(fresh=True)  # sealing cursors
 
+    assert await store.archive_lease(sk, "tok", 30_000)  # the archive mover's, then released
+    assert await store.archive_drop(sk, "tok", 0, []) == (0, 0)
+    assert await store.archive_drop(sk, "tok", 0, []) is None  # released: not held any more
+    held = (
+        await store.finished_records(sk, [f.id for f in await store.finished_before(sk, 10**15, 1)])
+    )[0]
+    assert not await store.archive_restore(held, 0, None)  # Redis holds it: nothing written
+
     swept = await store.expire_shard(sk, succeeded_before=10**15, dead_before=10**15, limit=100)
     assert swept.deliveries == 6 and swept.events == 1  # the event went with its last one
 

@@ -322,7 +322,10 @@ def test_compose_validates_against_compose_spec() -> None:
 def test_compose_services_and_grace() -> None:
     compose = _compose()
     services = compose["services"]
-    assert set(services) == {"redis", "api", "worker", "receiver"}
+    assert set(services) == {"redis", "postgres", "api", "worker", "receiver"}
+    for name in ("api", "worker"):  # the history archive is on (docs/operating/archive.md)
+        url = services[name]["environment"]["RELAY_ARCHIVE_URL"]
+        assert url.startswith("postgresql://relay:") and url.endswith("@postgres:5432/relay")
     assert services["worker"]["deploy"]["replicas"] == 3
     assert services["worker"]["command"] == ["worker"]
     assert services["receiver"]["command"][:1] == ["receiver"]

@@ -39,7 +39,7 @@ from relay.api import create_app
 from relay.api.common import PAGES
 from relay.api.ops import openapi_document
 from relay.delivery.worker import Worker
-from relay.domain import access
+from relay.domain import access, ids
 from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer, free_port
 from tests.helpers import make_settings
@@ -445,6 +445,12 @@ async def test_every_documented_answer_matches(
     await check("GET", "/v1/deliveries", 422, path="/v1/deliveries?status=lost")
     await check("GET", "/v1/deliveries", 400, path="/v1/deliveries?cursor=WzEuMCwiZGx2X3giXQ")
     await check("GET", "/v1/deliveries", 401, session=anon)
+    search = "/v1/archive/deliveries"  # no archive here: an empty page
+    await check("GET", search, 200, path=search + "?status=dead&status_code=500")
+    await check("GET", search, 400, path=search + "?payload=%5B1%5D")
+    await check("GET", search, 400, path=search + "?cursor=WzEuMCwiZGx2X3giXQ")
+    await check("GET", search, 422, path=search + "?status=pending")
+    await check("GET", search, 401, session=anon)
     dlv = "/v1/deliveries/{id}"
     for d in (succeeded, dead, pending):
         await check("GET", dlv, 200, path=f"/v1/deliveries/{d}")
@@ -599,6 +605,7 @@ async def test_every_documented_answer_matches(
 
     await svix_answers(check, anon, big, receiver.url, doc, deliver)
     check.seen |= await redis_gone(doc)
+    check.seen |= await archive_gone(make_store, make_api, doc)
     await Worker(store, store.settings).run(asyncio.Event(), burst=True)  # replayed ones again
     spare = await check("POST", "/v1/endpoints", 201, json={"url": receiver.url + "/s"})
     check.seen |= await replication_unconfirmed(
@@ -654,6 +661,26 @@ async def redis_gone(doc: dict[str, Any]) -> set[tuple[str, str, int]]:
             await runner.cleanup()
             await store.close()
             server.stop()
+
+
+async def archive_gone(make_store: Any, make_api: Any, doc: dict[str, Any]) -> set[Any]:
+    """503 ``archive_unavailable``: the reads over both tiers, with an archive URL that
+    nothing answers on; Redis is there, so the archive is the only thing missing."""
+    store = await make_store(archive_url=f"postgresql://relay@127.0.0.1:{free_port()}/relay")
+    api = await make_api(store)
+    check = Checker(api.url, doc, api.session)
+    unknown = ids.new_id("dlv", 0, int(time.time() * 1000))
+    for path, real in (
+        ("/v1/deliveries", "/v1/deliveries?status=dead"),
+        ("/v1/deliveries/{id}", f"/v1/deliveries/{unknown}"),
+        ("/v1/events/{id}", f"/v1/events/{ids.new_event_id(0, int(time.time() * 1000))}"),
+        ("/v1/stats", "/v1/stats"),
+        ("/v1/archive/deliveries", "/v1/archive/deliveries"),
+    ):
+        data = await check("GET", path, 503, path=real)
+        assert data["error"] == "archive_unavailable", (path, data)
+    assert not check.mismatches, check.mismatches
+    return check.seen
 
 
 async def replication_unconfirmed(

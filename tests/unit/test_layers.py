@@ -19,6 +19,7 @@ RELAY = Path(__file__).resolve().parents[2] / "relay"
 RANK = {
     "domain": 0,
     "queue": 1,
+    "archive": 2,
     "endpoints": 2,
     "sandbox": 2,
     "publishing": 3,

@@ -106,8 +106,10 @@ class Destinations:
         body: bytes,
         trace_headers: dict[str, str] | None = None,
         deadline: sender.Deadline | None = None,
+        body_cap: int = sender.BODY_CAP,
     ) -> sender.Response:
-        """One attempt to the endpoint's destination, whatever its kind."""
+        """One attempt to the endpoint's destination, whatever its kind; ``body_cap``:
+        bytes of an HTTP answer's body kept (``RELAY_RESPONSE_BODY_CAP``)."""
         url = endpoint["url"]
         if destinations.kind_of(url) == "http":
             assert self.session is not None
@@ -120,6 +122,7 @@ class Destinations:
                 body=body,
                 trace_headers=trace_headers,
                 deadline=deadline,
+                body_cap=body_cap,
             )
         return await self.publish(endpoint, event_id, body, deadline)
 
