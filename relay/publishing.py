@@ -3,8 +3,10 @@
 The HTTP API (``POST /v1/events``) is one caller; any other entry point (a connector that
 reads a database outbox, a CLI command) publishes through the same :class:`Publisher`,
 so target selection, shard choice, id minting, the idempotency fingerprint and the body
-sent are decided in one place. The write itself is one script (``publish.lua``): after
-:meth:`Publisher.publish` returns, everything is in Redis.
+sent are decided in one place. The write itself is one script (``publish.lua``), or two
+steps when an Idempotency-Key's guard is on another shard than its event
+(:mod:`relay.idempotency`): after :meth:`Publisher.publish` returns, everything is in
+Redis.
 
 The logic a publish runs for tenants (its type's JSON Schema, its targets' filters) is
 judged by the publisher's judge in one call: the API, the outbox connector and the ops
@@ -26,6 +28,7 @@ import orjson
 from relay.domain import filters, ids, matching, ordering, signing
 from relay.domain.schema import EventIn
 from relay.endpoints import catalog
+from relay.idempotency import Guard, Write
 from relay.queue.store import Store
 from relay.sandbox import Inline, Judge, SchemaFailure, Verdict, Work
 from relay.sandbox.work import MEMORY_BYTES, SCHEMA_SECONDS
@@ -154,19 +157,24 @@ class Publisher:
         self._endpoints_for_app = endpoints_for_app or store.list_endpoints
         self._event_type = event_types or functools.partial(catalog.lookup, store)
         self.judge: Judge = judge if judge is not None else Inline()
+        self.guard = Guard(store)
 
-    async def _first_answer(self, event: EventIn, idempotency_key: str | None) -> Published | None:
-        """The first answer for this key and the same body, if there was one."""
+    async def _first_answer(
+        self, event: EventIn, idempotency_key: str | None, payload_json: bytes
+    ) -> Published | None:
+        """The first answer for this key and the same body, if there was one (its event
+        written first when a request died between the two steps of its publish)."""
         if idempotency_key is None:
             return None
-        shard = ordering.shard_for(event.app, idempotency_key, self.settings.shards, ordered=False)
-        raw = await self.store.get_idempotency(shard, event.app, idempotency_key)
+        raw = await self.guard.remembered(event.app, idempotency_key)
         if raw is None:
             return None
         first = orjson.loads(raw)
-        return (
-            Published(first["answer"], created=False) if first["h"] == fingerprint(event) else None
-        )
+        if first["h"] != fingerprint(event):
+            return None
+        if "p" in first:
+            await self.guard.finish(idempotency_key, raw, "", payload_json)
+        return Published(first["answer"], created=False)
 
     async def _known(self, event: EventIn) -> catalog.Known | None:
         """The event's type in the catalog; an unknown type refused in strict mode."""
@@ -179,11 +187,14 @@ class Publisher:
 
     async def _targets(
         self, event: EventIn, payload_json: bytes, known: catalog.Known | None
-    ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    ) -> tuple[list[dict[str, Any]], list[dict[str, str]], bool]:
         """The endpoints the event goes to, and those its filters left out with a reason,
-        after the payload passed its type's schema (else the :class:`PublishError`)."""
+        after the payload passed its type's schema (else the :class:`PublishError`);
+        and whether the app is pinned (:func:`relay.domain.ordering.pinned`)."""
+        endpoints = await self._endpoints_for_app(event.app)
+        pin = ordering.pinned(endpoints)
         try:
-            targets, refused = select_targets(await self._endpoints_for_app(event.app), event), None
+            targets, refused = select_targets(endpoints, event), None
         except UnknownEndpoints as exc:  # said after the schema's verdict, as before it
             targets, refused = [], exc
         filtered = [t for t in targets if t.get("filter")]
@@ -207,7 +218,7 @@ class Publisher:
                 out.add(target["id"])
                 if isinstance(keep, str):  # erred or over budget: recorded on the event
                     erred.append({"endpoint_id": target["id"], "reason": keep})
-        return ([t for t in targets if t["id"] not in out] if out else targets), erred
+        return ([t for t in targets if t["id"] not in out] if out else targets), erred, pin
 
     async def publish(
         self, event: EventIn, *, idempotency_key: str | None = None, trace: str = ""
@@ -223,12 +234,12 @@ class Publisher:
             raise PayloadTooLarge(f"payload is {len(payload_json)} bytes; the limit is {limit}")
         try:
             known = await self._known(event)
-            targets, filtered = await self._targets(event, payload_json, known)
+            targets, filtered, pin = await self._targets(event, payload_json, known)
         except CatalogRefusal:
-            first = await self._first_answer(event, idempotency_key)
-            if first is None:
+            remembered = await self._first_answer(event, idempotency_key, payload_json)
+            if remembered is None:
                 raise
-            return first
+            return remembered
         deprecated = known is not None and known.deprecated
         filtered = filtered[: filters.MAX_RECORDED]
 
@@ -240,7 +251,12 @@ class Publisher:
         lanes = [ordering.lane_of(e, event.ordering_key) for e in targets]
         ordered = any(lane is not None for lane in lanes)
         shard = ordering.shard_for(
-            event.app, idempotency_key, self.settings.shards, ordered=ordered
+            event.app,
+            self.settings.shards,
+            idempotency_key=idempotency_key,
+            ordering_key=event.ordering_key,
+            ordered=ordered,
+            pin=pin,
         )
         now_ms = int(time.time() * 1000)
         event_id = ids.new_event_id(shard, now_ms)
@@ -260,11 +276,7 @@ class Publisher:
             answer["filtered"] = filtered
         if deprecated:  # accepted; said so, and only then (the answer is otherwise unchanged)
             answer["type_deprecated"] = True
-        guard, mark = None, ""
-        if idempotency_key is not None:
-            mark = fingerprint(event)
-            guard = (idempotency_key, orjson.dumps({"h": mark, "answer": answer}))
-        taken = await self.store.publish(
+        write = Write(
             shard=shard,
             event_id=event_id,
             event_type=event.type,
@@ -272,19 +284,24 @@ class Publisher:
             body=signing.build_body(event_id, event.type, now_ms, payload_json),
             created_ms=now_ms,
             deliveries=deliveries,
-            idempotency=guard,
             filtered=filtered,
             lanes=lane_args if ordered else None,
             trace=trace,
         )
+        if idempotency_key is None:
+            await write.to(self.store, None, copy=False)
+            return Published(answer, created=True)
+        taken = await self.guard.publish(
+            idempotency_key, fingerprint(event), answer, write, payload_json
+        )
         if taken is None:
             return Published(answer, created=True)
-        first = orjson.loads(taken)
-        if first["h"] != mark:
+        first, same = taken
+        if not same:
             raise IdempotencyKeyReused(
                 "this Idempotency-Key was used with a different request body"
             )
-        return Published(first["answer"], created=False)
+        return Published(first, created=False)
 
 
 def _refusal(event_type: str, failure: SchemaFailure) -> PublishError:

@@ -76,6 +76,7 @@ NAMES = (
     "apikey_revoke",
     "portal_create",
     "ops_cut",
+    "reserve",
 )
 # Refusals that mean "this script did not run: the slot is moving or the cluster is
 # re-forming" (ClusterError covers redis-py's "TTL exhausted" after its own redirects

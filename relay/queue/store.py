@@ -16,7 +16,8 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.facts`: the server's durability settings (``server_facts``);
 * :mod:`relay.queue.replays`: reconciliation replay jobs (records, index walk);
 * :mod:`relay.queue.auth`: API keys and portal sessions (credentials, API rate limit).
-* :mod:`relay.queue.opsbox`: the ops outboxes of operational events.
+* :mod:`relay.queue.opsbox`: the ops outboxes of operational events;
+* :mod:`relay.queue.guards`: idempotency guards of a two-step publish, placement's marker.
 
 Services and entry points use the Store's methods, never its ``redis`` client.
 """
@@ -31,6 +32,7 @@ from relay.queue.dashboard import Dashboard
 from relay.queue.endpoints import EndpointRecords
 from relay.queue.eventtypes import EventTypeRecords
 from relay.queue.facts import ServerFacts
+from relay.queue.guards import Guards
 from relay.queue.migrate import Migrated, Migration
 from relay.queue.opsbox import OpsOutbox
 from relay.queue.reads import Reads, decode_cursor, encode_cursor
@@ -75,9 +77,14 @@ class Store(
     ReplayJobs,
     AuthRecords,
     OpsOutbox,
+    Guards,
     Migration,
 ):
     """relay's Redis data model, for one client and one settings object."""
+
+    async def start(self) -> None:
+        await super().start()
+        await self.placement_since()  # marked before this process publishes anything
 
     async def replay_dead(
         self,

@@ -43,6 +43,7 @@ class Transitions(StoreBase):
         filtered: Sequence[dict[str, str]] = (),
         lanes: Sequence[tuple[str, str]] | None = None,
         trace: str = "",
+        copy: bool = False,
     ) -> str | None:
         """Store an event with its deliveries in one script (``publish.lua``).
 
@@ -52,13 +53,18 @@ class Transitions(StoreBase):
         written and the stored value is returned instead of None. ``lanes``: per
         delivery, its ordered lane ("" for none) and ``"skip"`` or ``"block"``.
         ``trace``: the publish span's context (:func:`relay.tracing.carrier`), stored as
-        the event's ``tp``; "" with tracing off.
+        the event's ``tp``; "" with tracing off. ``copy``: the key's guard is on another
+        shard, taken already; ``idempotency`` then goes to this shard's copy
+        (``ShardKeys.published``), so the event is written once.
         """
         sk = self.keys.shard(shard)
         event_key = sk.event(event_id)
         # Without an Idempotency-Key the script never touches KEYS[1]: the event key
         # stands in (a key of the same slot, so the call still names one slot).
-        idem_key = sk.idempotency(app, idempotency[0]) if idempotency else event_key
+        idem_key = event_key
+        if idempotency:
+            guard = sk.published if copy else sk.idempotency
+            idem_key = guard(app, idempotency[0])
         keys = [idem_key, event_key, sk.due, sk.events]
         args: list[Any] = [
             "1" if idempotency else "0",
