@@ -11,8 +11,6 @@
   shard: one master.
 * 20 requests with one Idempotency-Key at once, for an ordered event whose guard and
   event are on two masters: one event, one 201.
-
-``bench/placement.py`` measures the same on 3,000 events and 60 keys x 15.
 """
 
 from __future__ import annotations
