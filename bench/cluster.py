@@ -44,7 +44,8 @@ from relay.domain import ids, signing  # noqa: E402
 from relay.domain.schema import endpoint_record  # noqa: E402
 from relay.queue.keys import Keys  # noqa: E402
 from relay.queue.store import Store, connect  # noqa: E402
-from relay.redisproc import RedisCluster, SlotControl, free_port  # noqa: E402
+from relay.redisproc import RedisCluster, free_port  # noqa: E402
+from relay.redisslots import SlotControl  # noqa: E402
 from relay.settings import Settings  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"

@@ -15,7 +15,6 @@ one it runs in this process (:class:`relay.sandbox.Inline`, for tests).
 from __future__ import annotations
 
 import functools
-import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import orjson
 from relay.domain import filters, ids, matching, ordering, signing
 from relay.domain.schema import EventIn, EventPublishIn
 from relay.endpoints import catalog
+from relay.idempotency import Guard, Published, Write, fingerprint, keyed_answer
 from relay.publish_errors import (
     AppReserved,
     CatalogRefusal,
@@ -74,15 +74,6 @@ EndpointSource = Callable[[str], Awaitable[list[dict[str, Any]]]]
 EventTypeSource = Callable[[str], Awaitable[catalog.Known | None]]
 
 
-@dataclass(frozen=True, slots=True)
-class Published:
-    """The answer to a publish: ``created`` False means the same key and body came again
-    and ``answer`` is the first publish's, unchanged (nothing new was written)."""
-
-    answer: dict[str, Any]
-    created: bool
-
-
 def select_targets(endpoints: Sequence[dict[str, Any]], event: EventIn) -> list[dict[str, Any]]:
     """The enabled endpoints among the app's ``endpoints`` subscribed to the event's type,
     narrowed to its ``endpoint_ids`` when given; an id not among ``endpoints`` is refused."""
@@ -94,17 +85,6 @@ def select_targets(endpoints: Sequence[dict[str, Any]], event: EventIn) -> list[
         wanted = set(event.endpoint_ids)
         endpoints = [e for e in endpoints if e["id"] in wanted]
     return [e for e in endpoints if e["enabled"] and matching.matches(e["event_types"], event.type)]
-
-
-def fingerprint(event: EventIn, deliver_at: int | None = None) -> str:
-    """What "the same request body" means for an idempotency key (``deliver_at``: ms,
-    the time asked for, past or not)."""
-    fields = event.model_dump(include=set(EventIn.model_fields))
-    if fields["ordering_key"] is None:  # absent: the same fingerprint as before lanes
-        del fields["ordering_key"]
-    if deliver_at is not None:  # absent: the same fingerprint as before deliver_at
-        fields["deliver_at"] = deliver_at
-    return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 class Publisher:
@@ -128,23 +108,28 @@ class Publisher:
         self._endpoints_for_app = endpoints_for_app or store.list_endpoints
         self._event_type = event_types or functools.partial(catalog.lookup, store)
         self.judge: Judge = judge if judge is not None else Inline()
+        self.guard = Guard(store)
 
     async def _first_answer(
-        self, event: EventIn, idempotency_key: str | None, deliver_at: int | None
+        self,
+        event: EventIn,
+        idempotency_key: str | None,
+        deliver_at: int | None,
+        payload_json: bytes,
     ) -> Published | None:
-        """The first answer for this key and the same body, if there was one."""
+        """The first answer for this key and the same body, if there was one (its event
+        written first when a request died between the two steps of its publish)."""
         if idempotency_key is None:
             return None
-        shard = ordering.shard_for(event.app, idempotency_key, self.settings.shards, ordered=False)
-        raw = await self.store.get_idempotency(shard, event.app, idempotency_key)
+        raw = await self.guard.remembered(event.app, idempotency_key)
         if raw is None:
             return None
         first = orjson.loads(raw)
-        return (
-            Published(first["answer"], created=False)
-            if first["h"] == fingerprint(event, deliver_at)
-            else None
-        )
+        if first["h"] != fingerprint(event, deliver_at):
+            return None
+        if "p" in first:
+            await self.guard.finish(idempotency_key, raw, "", payload_json)
+        return Published(first["answer"], created=False)
 
     def _deliver_at(self, when: datetime | int | None) -> int | None:
         """``deliver_at`` in ms, refused when it names no instant or is too far ahead."""
@@ -167,11 +152,14 @@ class Publisher:
 
     async def _targets(
         self, event: EventIn, payload_json: bytes, known: catalog.Known | None
-    ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    ) -> tuple[list[dict[str, Any]], list[dict[str, str]], bool]:
         """The endpoints the event goes to, and those its filters left out with a reason,
-        after the payload passed its type's schema (else the :class:`PublishError`)."""
+        after the payload passed its type's schema (else the :class:`PublishError`);
+        and whether the app is pinned (:func:`relay.domain.ordering.pinned`)."""
+        endpoints = await self._endpoints_for_app(event.app)
+        pin = ordering.pinned(endpoints)
         try:
-            targets, refused = select_targets(await self._endpoints_for_app(event.app), event), None
+            targets, refused = select_targets(endpoints, event), None
         except UnknownEndpoints as exc:  # said after the schema's verdict, as before it
             targets, refused = [], exc
         filtered = [t for t in targets if t.get("filter")]
@@ -195,7 +183,7 @@ class Publisher:
                 out.add(target["id"])
                 if isinstance(keep, str):  # erred or over budget: recorded on the event
                     erred.append({"endpoint_id": target["id"], "reason": keep})
-        return ([t for t in targets if t["id"] not in out] if out else targets), erred
+        return ([t for t in targets if t["id"] not in out] if out else targets), erred, pin
 
     async def publish(
         self,
@@ -219,7 +207,7 @@ class Publisher:
         ready = await self._prepare(event, idempotency_key, trace, self._deliver_at(deliver_at))
         if isinstance(ready, Published):
             return ready
-        return ready.settle(await self.store.publish(**ready.write))
+        return await self._write(ready)
 
     async def publish_batch(
         self, events: Sequence[tuple[EventIn, str | None]], *, trace: str = ""
@@ -227,8 +215,10 @@ class Publisher:
         """Publish each ``(event, idempotency_key)`` as :meth:`publish` does (an
         :class:`EventPublishIn` with its ``deliver_at``), all or
         nothing per event: one answer each, in order, a :class:`PublishError` for an
-        event refused. The writes go to Redis together (:meth:`Store.publish_many`), in
-        the order given, so a key given twice answers as a retry of its first event."""
+        event refused. Writes whose key's guard is on their event's shard go to Redis
+        together (:meth:`Store.publish_many`), the others through their two steps
+        (:class:`relay.idempotency.Guard`), in the order given, so a key given twice
+        answers as a retry of its first event."""
         answers: list[Published | PublishError | _Ready] = []
         for event, key in events:
             try:
@@ -236,17 +226,62 @@ class Publisher:
                 answers.append(await self._prepare(event, key, trace, self._deliver_at(at)))
             except PublishError as exc:
                 answers.append(exc)
-        ready = [a for a in answers if isinstance(a, _Ready)]
-        taken = iter(await self.store.publish_many([r.write for r in ready]) if ready else [])
-        out: list[Published | PublishError] = []
-        for answer in answers:
-            if isinstance(answer, _Ready):
-                try:
-                    answer = answer.settle(next(taken))
-                except PublishError as exc:
-                    answer = exc
-            out.append(answer)
-        return out
+        out: list[Published | PublishError | None] = [
+            None if isinstance(a, _Ready) else a for a in answers
+        ]
+        run: list[int] = []  # consecutive one-script writes, sent together
+        for i, answer in enumerate(answers):
+            if not isinstance(answer, _Ready):
+                continue
+            if answer.key is None or await self.guard.direct(answer.write, answer.key):
+                run.append(i)
+                continue
+            await self._flush(answers, run, out)
+            out[i] = await self._settled(self._write(answer))
+        await self._flush(answers, run, out)
+        return [a for a in out if a is not None]
+
+    async def _flush(
+        self,
+        answers: list[Published | PublishError | _Ready],
+        run: list[int],
+        out: list[Published | PublishError | None],
+    ) -> None:
+        """Write the one-script publishes ``run`` names in one go; empties ``run``."""
+        ready = [a for a in (answers[i] for i in run) if isinstance(a, _Ready)]
+        if not ready:
+            return
+        writes = [r.write.args(r.record(), copy=False) for r in ready]
+        for i, r, taken in zip(run, ready, await self.store.publish_many(writes), strict=True):
+            out[i] = await self._settled(self._taken(r, taken))
+        run.clear()
+
+    @staticmethod
+    async def _settled(answer: Awaitable[Published]) -> Published | PublishError:
+        try:
+            return await answer
+        except PublishError as exc:
+            return exc
+
+    async def _write(self, ready: _Ready) -> Published:
+        """Write one decided publish, through its key's guard when it has a key."""
+        if ready.key is None:
+            await ready.write.to(self.store, None, copy=False)
+            return Published(ready.answer, created=True)
+        taken = await self.guard.publish(
+            ready.key, ready.mark, ready.answer, ready.write, ready.payload_json
+        )
+        return keyed_answer(ready.answer, taken)
+
+    async def _taken(self, ready: _Ready, taken: str | None) -> Published:
+        """The answer of a one-script write that found ``taken`` under its key (None:
+        it published)."""
+        if taken is None or ready.key is None:
+            return Published(ready.answer, created=True)
+        found = await self.guard.found(
+            ready.key, taken, ready.mark, ready.write, ready.payload_json
+        )
+        return keyed_answer(ready.answer, found)
 
     async def _prepare(
         self, event: EventIn, idempotency_key: str | None, trace: str, at: int | None
@@ -261,9 +296,9 @@ class Publisher:
             raise PayloadTooLarge(f"payload is {len(payload_json)} bytes; the limit is {limit}")
         try:
             known = await self._known(event)
-            targets, filtered = await self._targets(event, payload_json, known)
+            targets, filtered, pin = await self._targets(event, payload_json, known)
         except CatalogRefusal:
-            first = await self._first_answer(event, idempotency_key, at)
+            first = await self._first_answer(event, idempotency_key, at, payload_json)
             if first is None:
                 raise
             return first
@@ -278,7 +313,12 @@ class Publisher:
         lanes = [ordering.lane_of(e, event.ordering_key) for e in targets]
         ordered = any(lane is not None for lane in lanes)
         shard = ordering.shard_for(
-            event.app, idempotency_key, self.settings.shards, ordered=ordered
+            event.app,
+            self.settings.shards,
+            idempotency_key=idempotency_key,
+            ordering_key=event.ordering_key,
+            ordered=ordered,
+            pin=pin,
         )
         now_ms = int(time.time() * 1000)
         later = at if at is not None and at > now_ms else None
@@ -306,46 +346,39 @@ class Publisher:
             answer["type_deprecated"] = True
         if later is not None:
             answer["deliver_at"] = signing.rfc3339_ms(later)
-        guard, mark = None, ""
-        if idempotency_key is not None:
-            mark = fingerprint(event, at)
-            guard = (idempotency_key, orjson.dumps({"h": mark, "answer": answer}))
-        write = {
-            "shard": shard,
-            "event_id": event_id,
-            "event_type": event.type,
-            "app": event.app,
-            "body": signing.build_body(event_id, event.type, now_ms, payload_json),
-            "created_ms": now_ms,
-            "deliveries": deliveries,
-            "idempotency": guard,
-            "filtered": filtered,
-            "lanes": lane_args if ordered else None,
-            "trace": trace,
-            "deliver_at_ms": later,
-        }
-        return _Ready(write, answer, mark)
+        write = Write(
+            shard=shard,
+            event_id=event_id,
+            event_type=event.type,
+            app=event.app,
+            body=signing.build_body(event_id, event.type, now_ms, payload_json),
+            created_ms=now_ms,
+            deliveries=deliveries,
+            filtered=filtered,
+            lanes=lane_args if ordered else None,
+            trace=trace,
+            deliver_at_ms=later,
+        )
+        mark = "" if idempotency_key is None else fingerprint(event, at)
+        return _Ready(write, answer, idempotency_key, mark, payload_json)
 
 
 @dataclass(frozen=True, slots=True)
 class _Ready:
-    """A publish decided and not yet written: the arguments of ``Store.publish``, the
-    answer it gets when written, and the fingerprint its idempotency key stores."""
+    """A publish decided and not yet written: the event's write, the answer it gets when
+    written, its Idempotency-Key (None: none) and the fingerprint that key stores."""
 
-    write: dict[str, Any]
+    write: Write
     answer: dict[str, Any]
+    key: str | None
     mark: str
+    payload_json: bytes
 
-    def settle(self, taken: str | None) -> Published:
-        """The answer once written; ``taken``: what its key held already (None: free)."""
-        if taken is None:
-            return Published(self.answer, created=True)
-        first = orjson.loads(taken)
-        if first["h"] != self.mark:
-            raise IdempotencyKeyReused(
-                "this Idempotency-Key was used with a different request body"
-            )
-        return Published(first["answer"], created=False)
+    def record(self) -> tuple[str, bytes] | None:
+        """What the key's guard stores when this write takes it in one script."""
+        if self.key is None:
+            return None
+        return self.key, orjson.dumps({"h": self.mark, "answer": self.answer})
 
 
 def _deliver_at_ms(when: datetime | int | None) -> int | None:

@@ -250,17 +250,22 @@ class RedisSentinel(RedisServer):
 
 
 class RedisCluster(_Managed):
-    """A Redis Cluster of ``masters`` nodes without replicas, in ``data_dir/node<i>``.
+    """A Redis Cluster of ``masters`` nodes, each with ``replicas`` replicas, in
+    ``data_dir/node<i>``.
 
     ``start()`` launches the nodes, joins them with ``redis-cli --cluster create`` and
-    waits until every node reports ``cluster_state:ok``.
+    waits until every node reports ``cluster_state:ok`` and every master has its replicas
+    linked.
     """
 
-    def __init__(self, *, data_dir: Path, masters: int = 3, binary: str | None = None) -> None:
+    def __init__(
+        self, *, data_dir: Path, masters: int = 3, replicas: int = 0, binary: str | None = None
+    ) -> None:
         self.data_dir = Path(data_dir)
+        self.replicas = replicas
         self._nodes = [
             RedisServer(data_dir=self.data_dir / f"node{i}", cluster=True, binary=binary)
-            for i in range(masters)
+            for i in range(masters * (1 + replicas))
         ]
 
     @property
@@ -287,7 +292,8 @@ class RedisCluster(_Managed):
             if cli is None:
                 raise RedisBinaryMissing(_INSTALL_HINT.replace("redis-server", "redis-cli", 1))
             addrs = [f"{host}:{port}" for host, port in self.startup_nodes]
-            cmd = [cli, "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"]
+            cmd = [cli, "--cluster", "create", *addrs, "--cluster-replicas", str(self.replicas)]
+            cmd.append("--cluster-yes")
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
             if res.returncode != 0:
                 raise RuntimeError(f"redis-cli --cluster create failed:\n{res.stdout}{res.stderr}")
@@ -302,7 +308,8 @@ class RedisCluster(_Managed):
             clients = [stack.enter_context(_probe_client(p)) for _, p in self.startup_nodes]
             while True:
                 try:
-                    if all(c.cluster("INFO")["cluster_state"] == "ok" for c in clients):
+                    ok = all(c.cluster("INFO")["cluster_state"] == "ok" for c in clients)
+                    if ok and all(_linked(c, self.replicas) for c in clients):
                         return
                 except redis.RedisError:  # a node not answering yet: keep polling
                     pass
@@ -316,85 +323,10 @@ class RedisCluster(_Managed):
             node.stop()
 
 
-class SlotControl:
-    """Place and move hash slots of a started ``RedisCluster``, by hand.
-
-    The steps ``redis-cli --cluster reshard`` takes for one slot, kept apart so a test
-    can hold a slot half-moved: ``begin_move`` (IMPORTING on the target, MIGRATING on
-    the source), ``migrate_keys`` (MIGRATE in batches), ``finish_move`` (SETSLOT NODE on
-    the target, the source, then the others, and wait until every node agrees).
-    ``spread(tags)`` puts each hash tag's slot on its own node, as relay wants its queue
-    shards (docs/cluster.md). Synchronous clients, one per node; ``close()`` them.
-    """
-
-    def __init__(self, cluster: RedisCluster) -> None:
-        self.cluster = cluster
-        self.ports = [n.port for n in cluster.nodes if n.port is not None]
-        self.clients = {p: redis.Redis(HOST, p, decode_responses=True) for p in self.ports}
-        self.ids = {p: c.cluster("MYID") for p, c in self.clients.items()}
-
-    def slot(self, key: str) -> int:
-        return int(self.clients[self.ports[0]].cluster("KEYSLOT", key))
-
-    def owner(self, slot: int, seen_by: int | None = None) -> int:
-        """Port of the node serving ``slot``, as node ``seen_by`` (default: the first) sees it."""
-        view = self.clients[seen_by or self.ports[0]].execute_command("CLUSTER", "SLOTS")
-        for start, end, master, *_ in view:
-            if int(start) <= slot <= int(end):
-                return int(master[1])
-        raise RuntimeError(f"slot {slot} is not served")
-
-    def keys_in_slot(self, port: int, slot: int) -> list[str]:
-        return list(self.clients[port].cluster("GETKEYSINSLOT", slot, 1_000_000))
-
-    def begin_move(self, slot: int, to: int) -> int:
-        """Mark ``slot`` as moving to node ``to``; returns the source node's port."""
-        src = self.owner(slot)
-        self.clients[to].cluster("SETSLOT", slot, "IMPORTING", self.ids[src])
-        self.clients[src].cluster("SETSLOT", slot, "MIGRATING", self.ids[to])
-        return src
-
-    def migrate_keys(self, src: int, to: int, keys: list[str], batch: int = 500) -> None:
-        for i in range(0, len(keys), batch):
-            self.clients[src].execute_command(
-                "MIGRATE", HOST, to, "", 0, 10_000, "KEYS", *keys[i : i + batch]
-            )
-
-    def finish_move(self, slot: int, src: int, to: int) -> None:
-        for port in [to, src, *(p for p in self.ports if p not in (to, src))]:
-            self.clients[port].cluster("SETSLOT", slot, "NODE", self.ids[to])
-        self.wait_agreed(slot, to)
-
-    def move_slot(self, slot: int, to: int) -> None:
-        """Move ``slot`` and its keys to node ``to`` (nothing to do if it is there)."""
-        src = self.owner(slot)
-        if src == to:
-            return
-        self.begin_move(slot, to)
-        self.migrate_keys(src, to, self.keys_in_slot(src, slot))
-        self.finish_move(slot, src, to)
-
-    def wait_agreed(self, slot: int, port: int, timeout: float = 5.0) -> None:
-        """Until every node names ``port`` as the owner of ``slot``."""
-        deadline = time.monotonic() + timeout
-        while not all(self.owner(slot, seen_by=p) == port for p in self.ports):
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"nodes disagree on the owner of slot {slot}")
-            time.sleep(_POLL)
-
-    def spread(self, tags: Sequence[str]) -> None:
-        """Move slots so the given hash tags (e.g. ``{s0}``) are served by different nodes."""
-        taken: set[int] = set()
-        crowded = []
-        for tag in tags:
-            owner = self.owner(self.slot(tag))
-            if owner in taken:
-                crowded.append(tag)
-            taken.add(owner)
-        free = [p for p in self.ports if p not in taken]
-        for tag, port in zip(crowded, free, strict=False):
-            self.move_slot(self.slot(tag), port)
-
-    def close(self) -> None:
-        for c in self.clients.values():
-            c.close()
+def _linked(client: redis.Redis, replicas: int) -> bool:
+    """A master has ``replicas`` replicas online; a replica is linked to its master."""
+    info = client.info("replication")
+    if info["role"] == "master":
+        online = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+        return sum(r.get("state") == "online" for r in online) >= replicas
+    return bool(info.get("master_link_status") == "up")

@@ -93,8 +93,8 @@ class Settings:
         "primary's own comes from `RELAY_REDIS_URL`")
     ack_replicas: int = setting("RELAY_ACK_REPLICAS", _non_negative_int, "0", group=REDIS,
         doc="replicas that must confirm (`WAIT`) every write answered to a client before the "
-        "answer, else 503 `replication_timeout`; `0` sends no `WAIT`; not with "
-        "`RELAY_REDIS_CLUSTER=1`")
+        "answer, else 503 `replication_timeout`; `0` sends no `WAIT`; on a cluster, the "
+        "replicas of the master that took the write")
     ack_timeout: float = setting("RELAY_ACK_TIMEOUT", _ack_timeout, "1s", group=REDIS,
         doc="how long that confirmation may take (1 ms to 4 s, under the 5 s socket timeout)")
     key_prefix: str = setting("RELAY_KEY_PREFIX", _prefix, "relay", group=REDIS,
@@ -332,11 +332,6 @@ class Settings:
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
-        if values.get("ack_replicas") and values.get("redis_cluster"):
-            # WAIT is keyless: a cluster pipeline cannot send it beside the script.
-            raise SettingsError(
-                "RELAY_ACK_REPLICAS > 0 is not supported with RELAY_REDIS_CLUSTER=1 yet"
-            )
         return cls(**values)
 
 

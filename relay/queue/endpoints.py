@@ -51,7 +51,7 @@ class EndpointRecords(StoreBase):
         ``confirm``: wait for ``RELAY_ACK_REPLICAS`` replicas (a client's write)."""
         app = self.keys.app(endpoint["app"])
         keys = [self.keys.endpoints, app, self.keys.app(old_app) if old_app is not None else app]
-        keys.append(self.keys.ops)
+        keys += [self.keys.ops, self.keys.placement]
         args: list[Any] = [endpoint["id"], orjson.dumps(endpoint), self.keys.endpoints_changed]
         args += [expected if expected is not None else "", ids.ops_entry_id()]
         with self._endpoint_write():

@@ -34,6 +34,7 @@ key                                        type    holds
 ``relay:v3:{s0}:evt:<event_id>``           string  event: header line (JSON), body (maybe zlib)
 ``relay:v3:{s0}:idem:<app>:<key>``         string  idempotency record: body hash + first answer
 ``relay:v3:{s0}:ik:<key>``                 zset    events published with that Idempotency-Key
+``relay:v3:{s0}:pub:<app>:<key>``          string  that key's event is written (its shard's copy)
 ``relay:v3:{s0}:stats``                    hash    shard counters (reclaimed)
 ``relay:v3:{s0}:archiving``                string  the archive mover's lease on the shard (token)
 ``relay:v3:{s0}:wake``                     pubsub  "work became due earlier than you thought"
@@ -52,6 +53,7 @@ key                                        type    holds
 ``relay:v3:{cfg}:apps``                    hash    app name -> application JSON (the /api/v1 API's)
 ``relay:v3:{cfg}:changed``                 pubsub  an endpoint or event type was written
 ``relay:v3:{cfg}:ready``                   string  /readyz's probe: SET PX, then DEL
+``relay:v3:{cfg}:placement``               string  when key placement began (ms; 0: new)
 ``relay:v3:{rpl}:job:<replay_id>``         hash    a replay job: params, state, cursor, lease
 ``relay:v3:{rpl}:jobs``                    zset    every replay job id, score = created (ms)
 ``relay:v3:{rpl}:running``                 set     replay job ids a worker should advance
@@ -205,6 +207,12 @@ class ShardKeys:
         outlives the idempotency record (``RELAY_IDEMPOTENCY_TTL``)."""
         return f"{self.base}ik:{key}"
 
+    def published(self, app: str, key: str) -> str:
+        """On the shard of an event whose Idempotency-Key's guard is on another shard:
+        the guard's record again, written with the event, so that event is written once
+        however many requests finish the two-step publish (relay.idempotency)."""
+        return f"{self.base}pub:{app}:{key}"
+
     # Operational events (relay.connectors.opsevents): an outbox per hash tag, written
     # by the script that makes the transition, and the shard's dead-letter tallies.
 
@@ -277,6 +285,14 @@ class Keys:
     def ready(self) -> str:
         """``/readyz`` writes here (with a TTL): Redis accepts writes, not only PING."""
         return f"{self._root}{{cfg}}:ready"
+
+    @property
+    def placement(self) -> str:
+        """When placement by key began (ms since the epoch): written once, by the first
+        process of this layout to start on a Redis with endpoints, else ``0`` by the
+        first endpoint written (nothing was placed by app). Until two idempotency TTLs
+        after it, keys are also claimed on their app's shard (relay.idempotency)."""
+        return f"{self._root}{{cfg}}:placement"
 
     @property
     def ops(self) -> str:

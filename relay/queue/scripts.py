@@ -32,15 +32,25 @@ Calls refused that way ran nothing, so they are retried here for up to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.client import NEVER_DECODE
-from redis.exceptions import AskError, ClusterError, NoScriptError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as LostConnection
+from redis.exceptions import TimeoutError as RedisTimeout
 
 from relay import tracing
 from relay.queue.errors import ReplicationTimeout
@@ -80,6 +90,7 @@ NAMES = (
     "portal_create",
     "ops_cut",
     "app_put",
+    "reserve",
 )
 # Refusals that mean "this script did not run: the slot is moving or the cluster is
 # re-forming" (ClusterError covers redis-py's "TTL exhausted" after its own redirects
@@ -231,17 +242,21 @@ class _Call:
         One non-transactional pipeline, so one pooled connection and one round trip:
         ``EVALSHA`` and ``WAIT`` (``WAIT`` counts the writes of the connection that sends
         it). ``NOSCRIPT`` (a Redis restart, ``SCRIPT FLUSH``) loads the script and sends
-        both again: nothing ran. Not for a cluster (refused in settings): ``WAIT`` names
-        no key, so a cluster pipeline cannot route it beside the script.
+        both again: nothing ran. On a cluster the pair goes to the master that serves
+        the keys' slot, on one of its connections (:meth:`_on_master`): ``WAIT`` names no
+        key, so a cluster pipeline could not route it beside the script.
         """
         keys = [*keys, guard_key(str(keys[0]))]
         timeout_ms = max(1, int(timeout_s * 1000))
         client = self._owner._client
         for _ in range(2):
-            async with client.pipeline(transaction=False) as pipe:
-                pipe.evalsha(self.sha, len(keys), *keys, *args)
-                pipe.execute_command("WAIT", replicas, timeout_ms)
-                reply, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(client, RedisCluster):
+                reply, acked = await self._on_master(keys, args, replicas, timeout_ms)
+            else:
+                async with client.pipeline(transaction=False) as pipe:
+                    pipe.evalsha(self.sha, len(keys), *keys, *args)
+                    pipe.execute_command("WAIT", replicas, timeout_ms)
+                    reply, acked = await pipe.execute(raise_on_error=False)
             if isinstance(reply, NoScriptError):
                 await self._reload()
                 continue
@@ -250,6 +265,42 @@ class _Call:
             _acked(self._owner, replicas, acked, timeout_ms)
             return reply
         raise NoScriptError(f"script {self._name} could not be loaded")
+
+    async def _on_master(
+        self, keys: Sequence[Any], args: Sequence[Any], replicas: int, timeout_ms: int
+    ) -> tuple[Any, Any]:
+        """``EVALSHA`` and ``WAIT`` on one connection of the master serving ``keys[0]``'s
+        slot, as the cluster client sees it: (script reply, replicas that confirmed), an
+        error in place of a reply. A redirect or a refusal ran nothing: the client's slot
+        map is refreshed and the pair sent again, for up to ``MIGRATION_WAIT`` seconds. A
+        lost connection (a master that died) refreshes the map too and is raised: the
+        write may or may not have run, as for any command."""
+        client = self._owner._client
+        deadline = time.monotonic() + MIGRATION_WAIT
+        while True:
+            node = client.get_node_from_key(str(keys[0]))
+            pair = [
+                PipelineCommand(0, "EVALSHA", self.sha, len(keys), *keys, *args),
+                PipelineCommand(1, "WAIT", replicas, timeout_ms),
+            ]
+            try:
+                await node.execute_pipeline(pair)
+            except (LostConnection, RedisTimeout, OSError):
+                await _refresh(client)
+                raise
+            reply, acked = pair[0].result, pair[1].result
+            if not isinstance(reply, (MovedError, *NOT_RUN)) or time.monotonic() >= deadline:
+                return reply, acked
+            self._owner.refused[self._name] = self._owner.refused.get(self._name, 0) + 1
+            await _refresh(client)
+            await asyncio.sleep(0.05)
+
+
+async def _refresh(client: Any) -> None:
+    """Ask the cluster for its slot map again (after a redirect or a lost master); a
+    failure leaves the old map, which the client's own next command refreshes."""
+    with contextlib.suppress(RedisError):
+        await client.nodes_manager.initialize()
 
 
 def _acked(owner: Scripts, replicas: int, acked: Any, timeout_ms: int) -> None:

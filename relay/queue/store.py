@@ -21,7 +21,8 @@ typed method); reads are pipelined per shard. Key names come from
 * :mod:`relay.queue.opsbox`: the ops outboxes of operational events;
 * :mod:`relay.queue.apps`: the applications of the Svix-compatible API;
 * :mod:`relay.queue.requests`: its POSTs' idempotency keys;
-* :mod:`relay.queue.moving`: what the archive mover reads and removes.
+* :mod:`relay.queue.moving`: what the archive mover reads and removes;
+* :mod:`relay.queue.guards`: idempotency guards of a two-step publish, placement's marker.
 
 Services and entry points use the Store's methods, never its ``redis`` client.
 """
@@ -39,6 +40,7 @@ from relay.queue.endpoints import EndpointRecords
 from relay.queue.eventlist import EventFilter, EventListing
 from relay.queue.eventtypes import EventTypeRecords
 from relay.queue.facts import ServerFacts
+from relay.queue.guards import Guards
 from relay.queue.migrate import Migrated, Migration
 from relay.queue.moving import ArchiveMoves, Finished
 from relay.queue.opsbox import OpsOutbox
@@ -92,9 +94,14 @@ class Store(
     AppRecords,
     RequestRecords,
     OpsOutbox,
+    Guards,
     Migration,
 ):
     """relay's Redis data model, for one client and one settings object."""
+
+    async def start(self) -> None:
+        await super().start()
+        await self.placement_since()  # marked before this process publishes anything
 
     async def replay_dead(
         self,

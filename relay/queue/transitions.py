@@ -62,6 +62,7 @@ class Transitions(StoreBase):
         lanes: Sequence[tuple[str, str]] | None = None,
         trace: str = "",
         deliver_at_ms: int | None = None,
+        copy: bool = False,
     ) -> tuple[list[Any], list[Any]]:
         """The KEYS and ARGV of ``publish.lua`` for one event with its deliveries.
 
@@ -73,12 +74,18 @@ class Transitions(StoreBase):
         ``trace``: the publish span's context (:func:`relay.tracing.carrier`), stored as
         the event's ``tp``; "" with tracing off. ``deliver_at_ms``: when the deliveries
         are due (kept in the event's header as ``at``); None or a past time: now.
+        ``copy``: the key's guard is on another shard, taken already; ``idempotency``
+        then goes to this shard's copy (``ShardKeys.published``), so the event is written
+        once.
         """
         sk = self.keys.shard(shard)
         event_key = sk.event(event_id)
         # Without an Idempotency-Key the script never touches KEYS[1]: the event key
         # stands in (a key of the same slot, so the call still names one slot).
-        idem_key = sk.idempotency(app, idempotency[0]) if idempotency else event_key
+        idem_key = event_key
+        if idempotency:
+            guard = sk.published if copy else sk.idempotency
+            idem_key = guard(app, idempotency[0])
         keys = [idem_key, event_key, sk.due, sk.events]
         args: list[Any] = [
             "1" if idempotency else "0",

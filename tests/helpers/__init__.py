@@ -16,14 +16,15 @@ from aiohttp import web
 
 from relay.domain import ids, signing
 from relay.queue.store import Store
-from relay.redisproc import RedisCluster, SlotControl
+from relay.redisproc import RedisCluster
+from relay.redisslots import SlotControl
 from relay.settings import Settings
 
 
 class ClusterHandle(SlotControl):
     """The ``redis_cluster`` fixture: 3 masters, shard tags {s0} {s1} {s2} on 3 nodes.
 
-    Slot control for tests comes from :class:`relay.redisproc.SlotControl`; its clients
+    Slot control for tests comes from :class:`relay.redisslots.SlotControl`; its clients
     are synchronous: call them through ``asyncio.to_thread`` beside a running worker.
     """
 

@@ -22,10 +22,13 @@ async def add_endpoint(store: Store, url: str, **extra: Any) -> dict[str, Any]:
     return ep
 
 
-async def publish(store: Store, endpoint_id: str, payload: Any = None) -> str:
-    """Publish one event with one delivery to ``endpoint_id``; returns the delivery id."""
+async def publish(store: Store, endpoint_id: str, payload: Any = None, shard: int = 0) -> str:
+    """Publish one event with one delivery to ``endpoint_id`` on ``shard``; returns the
+    delivery id."""
     body = orjson.dumps(payload or {"n": 1})
-    _, (delivery_id,), _ = await publish_event(store, [endpoint_id], event_type="t", payload=body)
+    _, (delivery_id,), _ = await publish_event(
+        store, [endpoint_id], event_type="t", payload=body, shard=shard
+    )
     return delivery_id
 
 

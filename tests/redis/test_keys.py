@@ -335,7 +335,7 @@ async def lifecycle(store: Store) -> None:
     await store.get_endpoints([shop["id"], other["id"]])
     assert await store.endpoint_count_and_ids(10) == (2, sorted([shop["id"], other["id"]]))
 
-    async def publish(n: int, idem: str | None = None) -> tuple[str, list[str]]:
+    async def publish(n: int, idem: str | None = None, copy: bool = False) -> tuple[str, list[str]]:
         now = int(time.time() * 1000)
         event_id = ids.new_id("evt", 0, now)
         dlv = [ids.new_id("dlv", 0, now) for _ in range(n)]
@@ -348,12 +348,19 @@ async def lifecycle(store: Store) -> None:
             created_ms=now,
             deliveries=[(d, shop["id"]) for d in dlv],
             idempotency=(idem, b'{"first":1}') if idem else None,
+            copy=copy,
         )
         return event_id, dlv
 
     event_id, _ = await publish(6, idem="order-1")
     await publish(6, idem="order-1")  # taken: nothing written
     await publish(0)  # no delivery: a TTL, not indexed
+    # a two-step publish: the key's guard (reserve), then the event with its shard's copy
+    assert await store.reserve(0, "shop", "order-2", '{"first":2}') is None
+    assert await store.reserve(0, "shop", "order-2", '{"other":2}') == '{"first":2}'
+    await store.replace_idempotency(0, "shop", "order-2", '{"first":2}')
+    await publish(0, idem="order-2", copy=True)
+    assert await store.placement_since() == 0  # the first endpoint put marked it
 
     def outcome(c: Any, kind: str, code: int | None = 200) -> Outcome:
         entry = orjson.dumps({"attempt": c.attempts, "at": 1, "status_code": code})

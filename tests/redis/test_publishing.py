@@ -8,7 +8,7 @@ import pytest
 
 from relay.connectors.opsevents import OpsRelay
 from relay.domain import ids
-from relay.domain.ordering import shard_for
+from relay.domain.ordering import app_shard, shard_for
 from relay.domain.schema import EventIn, endpoint_record
 from relay.publishing import (
     IdempotencyKeyReused,
@@ -40,8 +40,20 @@ def test_select_targets_by_enabled_and_type_and_ids() -> None:
 
 
 def test_an_idempotency_key_always_lands_on_one_shard() -> None:
-    assert len({shard_for("shop", "k-1", 8, ordered=False) for _ in range(50)}) == 1
-    assert all(0 <= shard_for("shop", None, 8, ordered=False) < 8 for _ in range(50))
+    assert len({shard_for("shop", 8, idempotency_key="k-1") for _ in range(50)}) == 1
+    assert all(0 <= shard_for("shop", 8) < 8 for _ in range(50))
+    # keys of one app spread over the shards; an ordering key wins over an
+    # Idempotency-Key, and a pinned app keeps its ordered events on its own shard
+    assert {shard_for("shop", 8, idempotency_key=f"k-{n}") for n in range(200)} == set(range(8))
+    lanes = {shard_for("shop", 8, ordering_key=f"o-{n}", ordered=True) for n in range(200)}
+    assert lanes == set(range(8))
+    assert shard_for("shop", 8, idempotency_key="k", ordering_key="o", ordered=True) == (
+        shard_for("shop", 8, idempotency_key="o")
+    )
+    pinned = {
+        shard_for("shop", 8, ordering_key=f"o-{n}", ordered=True, pin=True) for n in range(50)
+    }
+    assert pinned == {app_shard("shop", 8)}
 
 
 @pytest.mark.parametrize("kind", ["fake", "real"])

@@ -277,12 +277,13 @@ def test_settings() -> None:
     assert (s.ack_replicas, s.ack_timeout) == (2, 0.25)
     d = Settings.from_env({})
     assert (d.ack_replicas, d.ack_timeout) == (0, 1.0)
+    on_cluster = Settings.from_env({"RELAY_ACK_REPLICAS": "1", "RELAY_REDIS_CLUSTER": "1"})
+    assert (on_cluster.ack_replicas, on_cluster.redis_cluster) == (1, True)
     for env in (
         {"RELAY_ACK_REPLICAS": "-1"},
         {"RELAY_ACK_REPLICAS": "x"},
         {"RELAY_ACK_TIMEOUT": "0"},
         {"RELAY_ACK_TIMEOUT": "10s"},
-        {"RELAY_ACK_REPLICAS": "1", "RELAY_REDIS_CLUSTER": "1"},
     ):
         with pytest.raises(SettingsError):
             Settings.from_env(env)

@@ -4,14 +4,16 @@
   on three nodes, a ``key`` endpoint each, 7 keys per app (21 lanes) x 50 events,
   published lane by lane concurrently while 3 ``relay worker`` processes
   (RELAY_REDIS_CLUSTER=1) deliver to the failing, slow receiver of ordering_kit: every
-  lane in publish order, never two of a lane in flight, each event's lanes in its app's
-  shard. Fails in a scratch copy whose ``relay.domain.ordering.shard_for`` picks a
-  random shard for ordered events too (a lane split over three shards, three heads at
-  once): lane_problems lists lanes whose runs of numbers are out of order.
-* ``test_one_key_one_shard_whatever_the_body``: the shard rule of the Decisions
-  section: an Idempotency-Key lands on its app's shard whether the event is ordered or
-  not, so the same key with another body (an ordering key added, other targets) is 409,
-  never a second event on another shard; events with neither spread over the shards.
+  lane in publish order, never two of a lane in flight, each event's lanes in the shard
+  of its app and ordering key. Fails in a scratch copy whose
+  ``relay.domain.ordering.shard_for`` picks a random shard for ordered events too (a
+  lane split over three shards, three heads at once): lane_problems lists lanes whose
+  runs of numbers are out of order.
+* ``test_one_key_one_shard_whatever_the_body``: placement (docs/operating/placement.md):
+  an Idempotency-Key's guard is on the shard of its app and key whether the event is
+  ordered or not, so the same key with another body (an ordering key added, other
+  targets) is 409, never a second event on another shard; an ordered event goes to its
+  ordering key's shard; events with neither spread over the shards.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from relay.domain import ids
-from relay.domain.ordering import app_shard
+from relay.domain.ordering import app_shard, key_shard
 from relay.domain.schema import EventIn, endpoint_record
 from relay.publishing import IdempotencyKeyReused, Publisher
 from relay.queue.store import Store
@@ -92,7 +94,7 @@ async def test_lanes_in_order_on_the_cluster(
         by_shard = {ids.shard_of(h.delivery) for h in rec.hits}
         assert by_shard == {0, 1, 2}
         for h in rec.hits:
-            assert ids.shard_of(h.delivery) == app_shard(lanes[h.lane], 3)
+            assert ids.shard_of(h.delivery) == key_shard(lanes[h.lane], h.lane, 3)
     finally:
         await rec.stop()
 
@@ -104,7 +106,7 @@ async def test_one_key_one_shard_whatever_the_body(cluster_store: StoreFactory) 
     for ep in (keyed, plain):
         await store.put_endpoint(ep)
     publisher = Publisher(store)
-    home = app_shard("default", 3)
+    home = key_shard("default", "k-1", 3)
     first = await publisher.publish(
         EventIn(type="t", payload=1, endpoint_ids=[plain["id"]]), idempotency_key="k-1"
     )
@@ -121,7 +123,7 @@ async def test_one_key_one_shard_whatever_the_body(cluster_store: StoreFactory) 
     )
     assert (again.created, again.answer) == (False, first.answer)
     ordered = await publisher.publish(EventIn(type="t", payload=3, ordering_key="o-1"))
-    assert ids.shard_of(ordered.answer["id"]) == home
+    assert ids.shard_of(ordered.answer["id"]) == key_shard("default", "o-1", 3)
     spread = set()
     for _ in range(200):  # random shards: all three long before 200
         if len(spread) == 3:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from relay.domain import ids
 from relay.endpoints.health import Health
 from relay.queue.store import Store
 from relay.redisproc import free_port
@@ -62,10 +63,15 @@ async def _forget_keys(make_store: Any) -> AsyncIterator[None]:
 
 
 async def publish_many(store: Store, endpoint_id: str, count: int) -> list[str]:
+    """``count`` deliveries to ``endpoint_id``, round robin over the store's shards."""
+    shards = store.settings.shards
     out: list[str] = []
     for start in range(0, count, 100):
         out += await asyncio.gather(
-            *(publish(store, endpoint_id) for _ in range(min(100, count - start)))
+            *(
+                publish(store, endpoint_id, shard=n % shards)
+                for n in range(start, min(start + 100, count))
+            )
         )
     return out
 
@@ -425,15 +431,27 @@ async def test_breaker_opens_at_threshold_across_processes_then_one_probe_per_wi
         assert codes == ([200] if row["status"] == "succeeded" else [500])
 
 
+async def _rows(store: Store, delivery_ids: list[str]) -> list[dict[str, Any]]:
+    """The deliveries of ``delivery_ids``, whatever shards they are on."""
+    rows: list[dict[str, Any]] = []
+    for sk in store.keys.all_shards():
+        mine = [d for d in delivery_ids if ids.shard_of(d) == sk.shard]
+        rows += await store.get_deliveries(sk, mine)
+    return rows
+
+
 async def _succeeded(store: Store, delivery_ids: list[str], want: int) -> bool:
-    rows = await store.get_deliveries(store.keys.shard(0), delivery_ids)
+    rows = await _rows(store, delivery_ids)
     return sum(r["status"] == "succeeded" for r in rows) >= want
 
 
+@pytest.mark.parametrize("shards", [1, 12])
 async def test_rate_limit_and_max_in_flight_hold_across_four_processes(
-    make_store: Any, redis_server: Any, tmp_path: Path
+    make_store: Any, redis_server: Any, tmp_path: Path, shards: int
 ) -> None:
-    """Four worker processes drain two limited endpoints at once.
+    """Four worker processes drain two limited endpoints at once, each endpoint's
+    deliveries on one shard, or round robin over 12 (``RELAY_SHARDS=12``: the limits are
+    the endpoint's own, ``{ep_X}``, one for all shards and workers).
 
     ``/paced`` (rate_limit 20/s, a backlog of 400): the arrivals in a 10 s window that
     starts one second after the first are counted; they must be within 10% of 200.
@@ -445,14 +463,14 @@ async def test_rate_limit_and_max_in_flight_hold_across_four_processes(
     first second, none in the window).
     """
     rate = 20
-    store = await make_store()
+    store = await make_store(shards=shards)
     async with gauge() as g:
         g.behave["/capped"] = g.hold(0.2)
         paced = await add_endpoint(store, g.url + "/paced", rate_limit=rate)
         capped = await add_endpoint(store, g.url + "/capped", max_in_flight=2)
         paced_dlv = await publish_many(store, paced["id"], 400)  # more than 11 s can take
         capped_dlv = await publish_many(store, capped["id"], 60)
-        async with workers(redis_server.url, store, tmp_path, 4):
+        async with workers(redis_server.url, store, tmp_path, 4, shards=str(shards)):
             await until(lambda: _arrived(g, "/paced", 1))
             start = g.at("/paced")[0].at + 1.0  # a 10 s window after the first second
             await asyncio.sleep(start + 10.0 - time.time())
@@ -465,9 +483,10 @@ async def test_rate_limit_and_max_in_flight_hold_across_four_processes(
     assert abs(len(counted) - 10 * rate) <= rate  # within 10% of R over 10 s
     assert g.peak["/capped"] == 2
     assert len(g.at("/capped")) == 60
-    rows = await store.get_deliveries(store.keys.shard(0), capped_dlv)
+    assert {ids.shard_of(d) for d in paced_dlv + capped_dlv} == set(range(shards))
+    rows = await _rows(store, capped_dlv)
     assert [r["attempts"] for r in rows] == [1] * 60
-    rows = await store.get_deliveries(store.keys.shard(0), paced_dlv)
+    rows = await _rows(store, paced_dlv)
     assert sum(r["attempts"] for r in rows) == paced_seen  # deferral is never charged
 
 

@@ -35,7 +35,7 @@ from relay.api.svix.base import (
     when,
 )
 from relay.api.svix.models import SvixMessageIn, SvixMessageOut, listing
-from relay.domain import ids, ordering
+from relay.domain import ids
 from relay.domain.schema import EventIn, Strict
 from relay.publishing import PublishError
 from relay.queue.store import encode_cursor
@@ -106,8 +106,7 @@ async def message_of(request: web.Request, app: str) -> tuple[dict[str, Any], st
         event = await store.get_event(ident)
     else:
         key, event = ident, None
-        shard = ordering.app_shard(app, store.settings.shards)
-        raw = await store.get_idempotency(shard, app, ident)
+        raw = await request.app[PUBLISHER].guard.remembered(app, ident)
         if raw is not None:
             event = await store.get_event(orjson.loads(raw)["answer"]["id"])
     if event is None or event["app"] != app:

@@ -9,6 +9,8 @@
 -- KEYS[1] endpoints (hash id -> JSON)   Keys.endpoints
 -- KEYS[2] new app's set   KEYS[3] old app's set   Keys.app(app)
 -- KEYS[4] ops outbox (list)   Keys.ops
+-- KEYS[5] placement marker (string)   Keys.placement: "0" when unset, as an endpoint
+--         written by this layout means no keyed event was placed by app before it
 -- (the slot guard follows, relay/queue/scripts.py)
 -- ARGV[1] endpoint id   ARGV[2] endpoint JSON
 -- ARGV[3] change channel (Keys.endpoints_changed): API replicas that cache endpoints
@@ -43,5 +45,6 @@ end
 redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
 if KEYS[3] ~= KEYS[2] then redis.call("SREM", KEYS[3], ARGV[1]) end
 redis.call("SADD", KEYS[2], ARGV[1])
+redis.call("SET", KEYS[5], "0", "NX")
 redis.call("PUBLISH", ARGV[3], ARGV[1])
 return 1
