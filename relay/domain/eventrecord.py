@@ -173,5 +173,6 @@ def view(event_id: str, value: str | bytes) -> dict[str, Any]:
         event["filtered"] = header["filtered"]
     if "at" in header:  # published for later: its deliver_at, ms
         event["deliver_at"] = header["at"]
-    event["idempotency_key"] = header.get("ik")  # the Idempotency-Key it came with
+    if "ik" in header:  # the Idempotency-Key it was published with
+        event["idempotency_key"] = header["ik"]
     return event
