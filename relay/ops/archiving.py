@@ -135,6 +135,14 @@ class Mover:
         log.warning("archive.behind", backlog=backlog, lag_seconds=lag)
         await self.on_behind(backlog, lag)
 
+    async def _check(self) -> None:
+        """``check_behind`` after every pass, the failed ones included: a PostgreSQL that
+        refuses every move is when the backlog grows. It reads Redis only."""
+        try:
+            await self.check_behind()
+        except Exception as exc:  # Redis away: the next pass checks again
+            log.warning("archive.check_failed", error=str(exc))
+
     async def run(self, stop: asyncio.Event) -> None:
         """Move, sweep and check until ``stop``; errors wait a little and try again."""
         await self._until_migrated(stop)
@@ -142,7 +150,6 @@ class Mover:
             moved = 0
             try:
                 moved = await self.once()
-                await self.check_behind()
                 if time.monotonic() - self._swept >= self.settings.sweep_interval:
                     self._swept = time.monotonic()
                     if dropped := await self.sweep():
@@ -150,6 +157,7 @@ class Mover:
             except Exception as exc:  # PostgreSQL or Redis away: deliveries wait in Redis
                 metrics.ARCHIVE_ERRORS.inc()
                 log.warning("archive.move_failed", error=str(exc))
+            await self._check()
             if moved == 0:
                 await _pause(stop, self.settings.archive_interval * random.uniform(0.5, 1.0))
 
@@ -161,6 +169,7 @@ class Mover:
             except Exception as exc:
                 metrics.ARCHIVE_ERRORS.inc()
                 log.warning("archive.migrate_failed", error=str(exc))
+                await self._check()
                 await _pause(stop, self.settings.archive_interval)
 
 
