@@ -35,7 +35,6 @@ from relay.queue.store import Store
 
 log = structlog.get_logger("relay.archive")
 
-LEASE_MS = 30_000  # a mover's hold on a shard, extended at each batch
 BEHIND_EVERY = 3600.0  # seconds between two archive.behind reports of one process
 
 
@@ -58,7 +57,8 @@ class Mover:
         """Move what is past the hot retention in one shard; returns deliveries moved
         (0 when another worker holds the shard)."""
         token = secrets.token_hex(8)
-        if not await self.store.archive_lease(sk, token, LEASE_MS):
+        lease_ms = int(self.settings.archive_lease * 1000)
+        if not await self.store.archive_lease(sk, token, lease_ms):
             return 0
         moved, held = 0, True
         try:
@@ -68,7 +68,7 @@ class Mover:
                 batch = self.settings.archive_batch
                 finished = await self.store.finished_before(sk, cutoff, batch)
                 more = len(finished) == batch
-                got = await self._move(sk, token, finished, LEASE_MS if more else 0)
+                got = await self._move(sk, token, finished, lease_ms if more else 0)
                 if got is None:  # the lease ran out: another worker has the shard now
                     held = False
                     break

@@ -36,6 +36,10 @@ def env_of(store: Any, redis_url: str) -> dict[str, str]:
         RELAY_ARCHIVE_INTERVAL="100ms",
         RELAY_ARCHIVE_BATCH="200",
         RELAY_WORKER_CONCURRENCY="64",
+        # A killed worker's holds (its shard while it moves, the deliveries it sends) run
+        # out in seconds, so the next worker takes over without waiting the default 30 s.
+        RELAY_ARCHIVE_LEASE="2s",
+        RELAY_LEASE_SECONDS="3s",
     )
 
 
