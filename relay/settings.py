@@ -211,6 +211,9 @@ class Settings:
     archive_interval: float = setting("RELAY_ARCHIVE_INTERVAL", _positive_duration, "1s",
         group=ARCHIVE, doc="how often each worker looks for deliveries to move when the last "
         "look found none")
+    archive_lease: float = setting("RELAY_ARCHIVE_LEASE", _positive_duration, "30s",
+        group=ARCHIVE, doc="a worker's hold on a shard while it moves, renewed at each batch; "
+        "another worker takes the shard over after a killed mover's hold runs out")
     archive_backlog_alert: int = setting("RELAY_ARCHIVE_BACKLOG_ALERT", _positive_int,
         "100000", group=ARCHIVE, doc="finished deliveries waiting to move past which relay "
         "publishes the operational event `archive.behind`")

@@ -35,7 +35,6 @@ from relay.queue.store import Store
 
 log = structlog.get_logger("relay.archive")
 
-LEASE_MS = 30_000  # a mover's hold on a shard, extended at each batch
 BEHIND_EVERY = 3600.0  # seconds between two archive.behind reports of one process
 
 
@@ -58,7 +57,8 @@ class Mover:
         """Move what is past the hot retention in one shard; returns deliveries moved
         (0 when another worker holds the shard)."""
         token = secrets.token_hex(8)
-        if not await self.store.archive_lease(sk, token, LEASE_MS):
+        lease_ms = int(self.settings.archive_lease * 1000)
+        if not await self.store.archive_lease(sk, token, lease_ms):
             return 0
         moved, held = 0, True
         try:
@@ -68,7 +68,7 @@ class Mover:
                 batch = self.settings.archive_batch
                 finished = await self.store.finished_before(sk, cutoff, batch)
                 more = len(finished) == batch
-                got = await self._move(sk, token, finished, LEASE_MS if more else 0)
+                got = await self._move(sk, token, finished, lease_ms if more else 0)
                 if got is None:  # the lease ran out: another worker has the shard now
                     held = False
                     break
@@ -135,6 +135,14 @@ class Mover:
         log.warning("archive.behind", backlog=backlog, lag_seconds=lag)
         await self.on_behind(backlog, lag)
 
+    async def _check(self) -> None:
+        """``check_behind`` after every pass, the failed ones included: a PostgreSQL that
+        refuses every move is when the backlog grows. It reads Redis only."""
+        try:
+            await self.check_behind()
+        except Exception as exc:  # Redis away: the next pass checks again
+            log.warning("archive.check_failed", error=str(exc))
+
     async def run(self, stop: asyncio.Event) -> None:
         """Move, sweep and check until ``stop``; errors wait a little and try again."""
         await self._until_migrated(stop)
@@ -142,7 +150,6 @@ class Mover:
             moved = 0
             try:
                 moved = await self.once()
-                await self.check_behind()
                 if time.monotonic() - self._swept >= self.settings.sweep_interval:
                     self._swept = time.monotonic()
                     if dropped := await self.sweep():
@@ -150,6 +157,7 @@ class Mover:
             except Exception as exc:  # PostgreSQL or Redis away: deliveries wait in Redis
                 metrics.ARCHIVE_ERRORS.inc()
                 log.warning("archive.move_failed", error=str(exc))
+            await self._check()
             if moved == 0:
                 await _pause(stop, self.settings.archive_interval * random.uniform(0.5, 1.0))
 
@@ -161,6 +169,7 @@ class Mover:
             except Exception as exc:
                 metrics.ARCHIVE_ERRORS.inc()
                 log.warning("archive.migrate_failed", error=str(exc))
+                await self._check()
                 await _pause(stop, self.settings.archive_interval)
 
 

@@ -1,5 +1,6 @@
 """The history archive with ``relay worker`` processes: Redis memory per moved delivery, a
-worker SIGKILLed while it moves, and PostgreSQL stopped while events are published.
+worker SIGKILLed while it moves, PostgreSQL stopped while events are published, and the
+operational event ``archive.behind`` of a backlog past its alert threshold.
 
 Each test runs real worker processes (RELAY_HOT_RETENTION=2s) against the session's Redis
 and a private PostgreSQL, and reads through an in-process API with the archive on."""
@@ -11,6 +12,8 @@ import random
 import signal
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from relay.ops import metrics
 from tests.helpers.api import call
@@ -33,6 +36,10 @@ def env_of(store: Any, redis_url: str) -> dict[str, str]:
         RELAY_ARCHIVE_INTERVAL="100ms",
         RELAY_ARCHIVE_BATCH="200",
         RELAY_WORKER_CONCURRENCY="64",
+        # A killed worker's holds (its shard while it moves, the deliveries it sends) run
+        # out in seconds, so the next worker takes over without waiting the default 30 s.
+        RELAY_ARCHIVE_LEASE="2s",
+        RELAY_LEASE_SECONDS="3s",
     )
 
 
@@ -167,5 +174,41 @@ async def test_postgresql_stopped_blocks_nothing_and_the_backlog_moves_later(
         assert await tables.counts() == {"succeeded": 500}
         assert len(await list_all(api, limit=500)) == 500
         await tables.close()
+    finally:
+        pg.stop()
+
+
+async def test_a_backlog_past_its_alert_publishes_archive_behind_to_the_ops_app(
+    make_store: Any, receiver: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    """PostgreSQL stopped, 120 deliveries finish and wait in Redis past
+    RELAY_ARCHIVE_BACKLOG_ALERT=100: the worker publishes one ``archive.behind`` into the
+    ops app, delivered to its endpoint there, with the backlog and the threshold."""
+    bindir = pg_bindir()
+    assert bindir is not None
+    pg = PgServer(bindir)  # its own server: this test stops it
+    pg.start()
+    try:
+        store = await make_store(**archive_overrides(pg))
+        tables = tables_of(store)
+        await tables.migrate()
+        await tables.close()
+        pg.pause()
+        ops = await add_endpoint(
+            store, receiver.url + "/ops", app=store.settings.ops_app, event_types=["archive.*"]
+        )
+        ep = await add_endpoint(store, receiver.url + "/ok")
+        await publish_many(store, ep["id"], 120)
+        env = {**env_of(store, redis_server.url), "RELAY_ARCHIVE_BACKLOG_ALERT": "100"}
+        workers = await start_workers(env, 1, tmp_path)
+        try:
+            await receiver.wait_for(1, within=60, path="/ops")
+        finally:
+            await stop_workers(workers)
+        (got,) = receiver.for_path("/ops")  # one report for the hour, not one per pass
+        body = orjson.loads(got.body)
+        assert body["type"] == "archive.behind", body
+        assert body["data"]["backlog"] >= 100 and body["data"]["threshold"] == 100, body
+        assert ops["app"] == store.settings.ops_app
     finally:
         pg.stop()

@@ -269,9 +269,6 @@ def test_k8s_and_compose_settings_are_accepted_by_relay() -> None:
 # ---- RELAY_* names ------------------------------------------------------------------
 
 
-AHEAD_OF_SETTINGS = {"RELAY_ARCHIVE_URL"}
-
-
 def test_every_relay_variable_in_deploy_exists_in_settings() -> None:
     known = {spec.env for _, spec in declared(Settings)}
     assert len(known) > 20
@@ -282,11 +279,7 @@ def test_every_relay_variable_in_deploy_exists_in_settings() -> None:
                 used.setdefault(name, set()).add(str(path.relative_to(ROOT)))
     assert "RELAY_SHUTDOWN_GRACE" in used
     unknown = {n: sorted(f) for n, f in used.items() if n not in known}
-    # The Helm chart passes RELAY_ARCHIVE_URL (an optional secretKeyRef) ahead of a relay
-    # that reads it (deploy/helm/relay/values.yaml says so); nowhere else may name it.
-    ahead = {n: f for n, f in unknown.items() if n in AHEAD_OF_SETTINGS}
-    assert all(p.startswith("deploy/helm/") for f in ahead.values() for p in f), ahead
-    assert {n: f for n, f in unknown.items() if n not in ahead} == {}
+    assert unknown == {}
 
 
 # ---- Compose ------------------------------------------------------------------------

@@ -128,6 +128,34 @@ def test_api_and_worker_read_the_redis_url_from_the_secret(tmp_path: Path, which
         assert bool(settings.redis_sentinels) == (which in ("sentinel", "documented"))
 
 
+ARCHIVE_URL_ENV = {
+    "name": "RELAY_ARCHIVE_URL",
+    "valueFrom": {
+        "secretKeyRef": {"name": "relay-archive", "key": "RELAY_ARCHIVE_URL", "optional": True}
+    },
+}
+
+
+@pytest.mark.parametrize("which", RENDERS)
+def test_api_and_worker_read_the_archive_dsn_from_its_secret(tmp_path: Path, which: str) -> None:
+    """Both take RELAY_ARCHIVE_URL from Secret relay-archive (optional: without it the
+    history stays in Redis), never from the ConfigMap; the template's empty DSN leaves
+    the archive off and a filled one turns it on."""
+    for docs in _renders(tmp_path, which):
+        for name in ("relay-api", "relay-worker"):
+            (dep,) = [
+                d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name
+            ]
+            (c,) = dep["spec"]["template"]["spec"]["containers"]
+            assert ARCHIVE_URL_ENV in c["env"], name
+        config = next(d for d in docs if d["metadata"]["name"] == "relay-config")
+        assert "RELAY_ARCHIVE_URL" not in config["data"]
+    template = find_doc("Secret", "relay-archive")["stringData"]["RELAY_ARCHIVE_URL"]
+    assert template == "" and Settings.from_env({"RELAY_ARCHIVE_URL": template}).archive_url == ""
+    dsn = "postgresql://relay:pw@pg:5432/relay"
+    assert Settings.from_env({"RELAY_ARCHIVE_URL": dsn}).archive_url == dsn
+
+
 def test_the_guide_creates_the_redis_secret() -> None:
     """The first deploy creates Secret relay-redis with the URL of the bundled Redis; the
     template in secret.yaml holds the same URL, and its host is the base's Service."""

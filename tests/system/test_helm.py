@@ -120,6 +120,14 @@ T = {"existingSecret": "t"}
         ),
         ({"redis": R | {"existingSecret": "u"}, "apiTokens": T}, "set one of redis.url"),
         (
+            {"redis": R, "apiTokens": T, "archive": {"enabled": True}},
+            "this chart runs no PostgreSQL",
+        ),
+        (
+            {"redis": R, "apiTokens": T, "archive": {"existingSecret": "pg"}},
+            "but archive.enabled is false",
+        ),
+        (
             {"redis": {"existingSecret": "u", "password": {"existingSecret": "s"}}, "apiTokens": T},
             "set one of redis.url",
         ),
@@ -184,6 +192,33 @@ def test_inline_secret_values_reach_pods_only_through_secrets() -> None:
         # The migrate hook runs before the release's Secret exists: it reads its own.
         secret = "relay-migrate" if where.startswith("Job/") else "relay"
         assert {r["name"] for r in refs.values()} == {secret}, where
+
+
+def _archive_refs(values: dict[str, Any]) -> dict[str, Any]:
+    """RELAY_ARCHIVE_URL of each relay pod as rendered with ``values``: its secretKeyRef,
+    or None where the pod has no such variable."""
+    out: dict[str, Any] = {}
+    for where, pod in pod_specs(render_values(values)).items():
+        (c,) = pod["containers"]
+        env = {e["name"]: e for e in c.get("env", [])}
+        assert "RELAY_ARCHIVE_URL" not in str(c.get("envFrom", "")), where
+        e = env.get("RELAY_ARCHIVE_URL")
+        out[where] = None if e is None else e["valueFrom"]["secretKeyRef"]
+    return out
+
+
+def test_archive_dsn_reaches_api_and_worker_from_a_secret_only_when_enabled() -> None:
+    """archive.enabled with a Secret of the team's: RELAY_ARCHIVE_URL is a required
+    secretKeyRef (no `optional`) in the api, the workers and the migrate Job, and the
+    worker reaches PostgreSQL; archive off (the default): no pod has the variable."""
+    base = {"redis": R, "apiTokens": T}
+    on = _archive_refs(
+        base | {"archive": {"enabled": True, "existingSecret": "pg", "existingSecretKey": "dsn"}}
+    )
+    assert {"Deployment/relay-api", "Deployment/relay-worker"} <= set(on)
+    assert all(ref == {"name": "pg", "key": "dsn"} for ref in on.values()), on
+    assert set(_archive_refs(base).values()) == {None}
+    assert set(_archive_refs(base | {"archive": {"enabled": False}}).values()) == {None}
 
 
 @pytest.mark.parametrize("name", NAMES)

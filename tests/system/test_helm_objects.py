@@ -98,7 +98,7 @@ def _within(net: Net, outer: Net) -> bool:
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "minimal"])
 def test_only_the_worker_reaches_beyond_dns_redis_and_postgres(name: str) -> None:
     docs = rendered(name)
-    archive = bool(values_of(name).get("archive"))
+    archive = bool(values_of(name).get("archive", {}).get("enabled"))
     for component in ("api", "worker"):
         spec = _policy(docs, f"relay-{component}")
         rest = [r for r in spec["egress"] if r not in _webhook_rules(spec)]

@@ -67,6 +67,20 @@ app.kubernetes.io/component: {{ index . 1 }}
 
 {{/* Secret values given inline, as a dict (empty when every one comes from a Secret
      the operator manages). Keys are the environment variables they become. */}}
+{{/* "true" when the PostgreSQL archive is on, "" when off. Fails on an archive that is on
+     without a DSN, or a DSN given while the archive is off. */}}
+{{- define "relay.archive" -}}
+{{- $a := .Values.archive -}}
+{{- if $a.enabled -}}
+{{- if not (or $a.existingSecret $a.url) -}}
+{{- fail "archive.enabled needs archive.existingSecret (or archive.url): this chart runs no PostgreSQL" -}}
+{{- end -}}
+true
+{{- else if or $a.existingSecret $a.url -}}
+{{- fail "archive.existingSecret or archive.url is set but archive.enabled is false: set archive.enabled: true to turn the archive on" -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "relay.inlineSecrets" -}}
 {{- $out := dict -}}
 {{- if and (not .Values.redis.existingSecret) (not .Values.redis.password.existingSecret) -}}
@@ -75,7 +89,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if and .Values.apiTokens.value (not .Values.apiTokens.existingSecret) -}}
 {{- $_ := set $out "RELAY_API_TOKENS" .Values.apiTokens.value -}}
 {{- end -}}
-{{- if and .Values.archive.url (not .Values.archive.existingSecret) -}}
+{{- if and (include "relay.archive" .) .Values.archive.url (not .Values.archive.existingSecret) -}}
 {{- $_ := set $out "RELAY_ARCHIVE_URL" .Values.archive.url -}}
 {{- end -}}
 {{- toYaml $out -}}
@@ -152,13 +166,12 @@ app.kubernetes.io/component: {{ index . 1 }}
       name: {{ $r.sentinel.password.existingSecret }}
       key: {{ $r.sentinel.password.existingSecretKey }}
 {{- end }}
-{{- if or $.Values.archive.existingSecret $.Values.archive.url }}
+{{- if include "relay.archive" $ }}
 - name: RELAY_ARCHIVE_URL
   valueFrom:
     secretKeyRef:
       name: {{ $.Values.archive.existingSecret | default $secret }}
       key: {{ ternary $.Values.archive.existingSecretKey "RELAY_ARCHIVE_URL" (ne $.Values.archive.existingSecret "") }}
-      optional: true
 {{- end }}
 {{- end -}}
 
