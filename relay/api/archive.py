@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from aiohttp import web
 
@@ -11,6 +13,19 @@ from relay.api.deliveries import cursor_position, invalid_cursor
 from relay.api.models import ArchiveQuery, DeliveryList
 from relay.archive.tables import Filters
 from relay.domain import cursors
+
+
+def payload_filter(text: str | None) -> dict[str, Any] | None:
+    """The ``payload`` query parameter as the JSON object it must be (400 otherwise)."""
+    if text is None:
+        return None
+    try:
+        payload = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        payload = None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "invalid_payload_filter", "payload must be a JSON object")
+    return payload
 
 
 @route(
@@ -30,14 +45,7 @@ async def search(request: web.Request) -> web.Response:
     q = query(request, ArchiveQuery)
     app = scoped_app(request)
     key = await request.app[STORE].cursor_key()  # Redis's, which seals the cursor
-    payload = None
-    if q.payload is not None:
-        try:
-            payload = orjson.loads(q.payload)
-        except orjson.JSONDecodeError:
-            payload = None
-        if not isinstance(payload, dict):
-            raise ApiError(400, "invalid_payload_filter", "payload must be a JSON object")
+    payload = payload_filter(q.payload)
     filters = Filters(
         status=q.status,
         endpoint_id=q.endpoint_id,

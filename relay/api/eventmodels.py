@@ -22,6 +22,11 @@ class EventQuery(Strict):
     idempotency_key: str | None = Field(
         default=None, min_length=1, max_length=256, description="as published with"
     )
+    payload: Annotated[str | None, Field(max_length=4096)] = Field(
+        default=None,
+        description="a JSON object the event's payload contains (`payload @> {...}`); "
+        "searches archived events only, and needs the archive (`RELAY_ARCHIVE_URL`)",
+    )
     limit: Annotated[int, Field(ge=1, le=200)] = 50
     cursor: Annotated[str | None, Field(max_length=512)] = None
 

@@ -8,13 +8,14 @@ from aiohttp import web
 
 from relay import tracing
 from relay.api.access import pinned_app
+from relay.api.archive import payload_filter
 from relay.api.common import HISTORY, PUBLISHER, STORE, ApiError, body, found, json, query, route
 from relay.api.deliveries import cursor_position, invalid_cursor, sealed
 from relay.api.eventmodels import EventList, EventPage, EventPageQuery, EventQuery
 from relay.api.models import EventOut, EventPublishIn
 from relay.api.sentheaders import sent_headers
 from relay.domain import signing
-from relay.eventsearch import event_page, list_events
+from relay.eventsearch import ArchiveRequired, event_page, list_events
 from relay.publishing import PublishError
 from relay.queue.store import EventFilter
 
@@ -140,13 +141,19 @@ async def _publish(request: web.Request, span: Any = None) -> web.Response:
     tag="Events",
     query=EventQuery,
     responses={200: EventList},
-    errors={400: ("invalid_cursor",), 422: ("validation_error",)},
+    errors={
+        400: ("invalid_cursor", "invalid_payload_filter"),
+        422: ("validation_error", "archive_required"),
+        503: ("archive_unavailable",),
+    },
 )
 async def list_(request: web.Request) -> web.Response:
     """A page of events, newest first, each with its deliveries' statuses; filter by
     type, app, endpoint, the status of a delivery, creation time or ``Idempotency-Key``.
     ``next_cursor`` continues; a rare filter may answer a short page with a cursor. An
-    API key or portal session lists its own app's events only."""
+    API key or portal session lists its own app's events only. With the archive
+    (``RELAY_ARCHIVE_URL``), archived events are listed too, and ``payload`` (a JSON
+    object the payload contains) searches them; without it, ``payload`` is refused."""
     q = query(request, EventQuery)
     app = pinned_app(request, q.app or "", q.app is not None, ApiError) or None
     f = EventFilter(
@@ -158,11 +165,23 @@ async def list_(request: web.Request) -> web.Response:
         until=q.until,
         idempotency_key=q.idempotency_key,
     )
+    payload = payload_filter(q.payload)
     position = await cursor_position(request, q.cursor)
     try:
-        rows, after = await list_events(request.app[STORE], f, limit=q.limit, position=position)
+        rows, after = await list_events(
+            request.app[STORE],
+            f,
+            limit=q.limit,
+            position=position,
+            history=request.app[HISTORY],
+            payload=payload,
+        )
     except ValueError:  # a position relay sealed but cannot read: its own older format
         raise invalid_cursor() from None
+    except ArchiveRequired:
+        raise ApiError(
+            422, "archive_required", "payload search needs the archive (RELAY_ARCHIVE_URL)"
+        ) from None
     for row in rows:
         row["created_at"] = signing.rfc3339_ms(row["created_at"])
     return json({"data": rows, "next_cursor": await sealed(request, after)})

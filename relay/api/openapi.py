@@ -73,6 +73,7 @@ ERRORS = {
     "unavailable": "Redis is down, loading, read-only or full, or no evaluator for filters "
     "and schemas could start: nothing written; retry",
     "replication_timeout": "not confirmed by RELAY_ACK_REPLICAS replicas in time; retry",
+    "archive_required": "this search needs the history archive (RELAY_ARCHIVE_URL), which is off",
     "archive_unavailable": "the history archive (PostgreSQL) does not answer; retry",
     "invalid_cursor": "a cursor relay did not make for this caller; list from the start",
     "invalid_payload_filter": "the payload filter is not a JSON object",

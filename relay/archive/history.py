@@ -117,18 +117,15 @@ class History:
         assert self.tables is not None
         after = decode_cursor(cursor) if cursor else None
         cold, cold_last = await self.tables.page(filters, limit=limit, after=after)
-        bounds = [b for b in (decode_cursor(hot_next) if hot_next else None, cold_last) if b]
-        bound = max(bounds) if bounds else None
-        seen: dict[str, dict[str, Any]] = {}
-        for r in [*hot, *cold]:  # Redis's copy first: it is the live one
-            seen.setdefault(r["id"], r)
-        merged = sorted(seen.values(), key=_position, reverse=True)
-        if bound is not None:
-            merged = [r for r in merged if _position(r) >= bound]
-        if len(merged) > limit:
-            merged = merged[:limit]
-            return merged, encode_cursor(*_position(merged[-1]))
-        return merged, None if bound is None else encode_cursor(*bound)
+        return merged(hot, hot_next, cold, cold_last, limit=limit)
+
+    async def archived_events(
+        self, filters: Filters, *, limit: int, cursor: str | None
+    ) -> tuple[list[tuple[str, bytes, list[dict[str, Any]]]], tuple[float, str] | None]:
+        """A page of archived events (:meth:`Tables.event_page`) after ``cursor``."""
+        assert self.tables is not None
+        after = decode_cursor(cursor) if cursor else None
+        return await self.tables.event_page(filters, limit=limit, after=after)
 
     async def restore(self, delivery_ids: list[str]) -> list[str]:
         """Bring archived deliveries that Redis does not hold back into Redis as they
@@ -189,6 +186,31 @@ class History:
             out["counts"][status] += archived.get(status, 0)
         out["archived"] = {s: archived.get(s, 0) for s in ARCHIVED}
         return out
+
+
+def merged(
+    hot: list[dict[str, Any]],
+    hot_next: str | None,
+    cold: list[dict[str, Any]],
+    cold_last: tuple[float, str] | None,
+    *,
+    limit: int,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page from Redis's page ``hot`` (complete down to ``hot_next``) and the
+    archive's ``cold`` (complete down to ``cold_last``), by (created, id) descending:
+    an id in both comes once, as Redis has it (the live copy)."""
+    bounds = [b for b in (decode_cursor(hot_next) if hot_next else None, cold_last) if b]
+    bound = max(bounds) if bounds else None
+    seen: dict[str, dict[str, Any]] = {}
+    for r in [*hot, *cold]:
+        seen.setdefault(r["id"], r)
+    rows = sorted(seen.values(), key=_position, reverse=True)
+    if bound is not None:
+        rows = [r for r in rows if _position(r) >= bound]
+    if len(rows) > limit:
+        rows = rows[:limit]
+        return rows, encode_cursor(*_position(rows[-1]))
+    return rows, None if bound is None else encode_cursor(*bound)
 
 
 def _position(row: dict[str, Any]) -> tuple[float, str]:

@@ -7,9 +7,9 @@ retention drops whole partitions instead of deleting rows:
   attempt log, and the columns the reads filter on), partitioned by status
   (``succeeded``, ``dead``) and then by the day it finished; ``RELAY_RETENTION`` and
   ``RELAY_DEAD_RETENTION`` bound each;
-* ``events``: one row per event (the stored form Redis held, byte for byte, and its
-  payload as ``jsonb`` for containment searches), partitioned by the day it was created,
-  kept as long as the longer of the two retentions.
+* ``events``: one row per event (the stored form Redis held, byte for byte, its
+  payload as ``jsonb`` for containment searches, its ``Idempotency-Key``), partitioned
+  by the day it was created, kept as long as the longer of the two retentions.
 
 Partitions are made when a batch needs them (:func:`ensure_partitions`) and dropped by
 :func:`drop_expired`, both under the schema's advisory lock.
@@ -61,6 +61,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX ON {s}.deliveries (created_at DESC, id DESC);
     CREATE INDEX ON {s}.deliveries (endpoint_id, created_at DESC, id DESC);
     CREATE INDEX ON {s}.deliveries (app, created_at DESC, id DESC);
+    """,
+    """
+    ALTER TABLE {s}.events ADD COLUMN idempotency_key text;
+    CREATE INDEX ON {s}.events (created_at DESC, id DESC);
+    CREATE INDEX ON {s}.events (app, created_at DESC, id DESC);
+    CREATE INDEX ON {s}.events (idempotency_key) WHERE idempotency_key IS NOT NULL;
     """,
 )
 

@@ -49,6 +49,7 @@ class Filters:
     status_code: int | None = None
     finished_since: int | None = None  # finished at or after (ms)
     payload: Any = None  # the event's payload contains this (``@>``)
+    idempotency_key: str | None = None  # events only (:meth:`Tables.event_page`)
 
     def where(self) -> tuple[str, list[Any]]:
         sql, args = [], []
@@ -185,9 +186,10 @@ class Tables:
                     await c.execute(
                         q(
                             self.schema,
-                            "INSERT INTO {s}.events (id, created_at, app, type, stored, payload)"
-                            " SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[],"
-                            " %s::text[], %s::bytea[], %s::jsonb[]) ON CONFLICT DO NOTHING",
+                            "INSERT INTO {s}.events (id, created_at, app, type, stored, payload,"
+                            " idempotency_key) SELECT * FROM unnest(%s::text[], %s::bigint[],"
+                            " %s::text[], %s::text[], %s::bytea[], %s::jsonb[], %s::text[])"
+                            " ON CONFLICT DO NOTHING",
                         ),
                         (
                             [e for e, _, _ in made],
@@ -196,6 +198,7 @@ class Tables:
                             [h.get("type", "") for _, h, _ in made],
                             [v for _, _, v in made],
                             [_payload(v) for _, _, v in made],
+                            [h.get("ik") for _, h, _ in made],
                         ),
                     )
 
@@ -258,6 +261,70 @@ class Tables:
             rows = rows[:limit]
             return rows, (rows[-1]["created_at"], rows[-1]["id"])
         return rows, None
+
+    async def event_page(
+        self, filters: Filters, *, limit: int, after: tuple[float, str] | None
+    ) -> tuple[list[tuple[str, bytes, list[dict[str, Any]]]], tuple[float, str] | None]:
+        """Up to ``limit`` archived events newest first (by created, then id) before
+        ``after``: (id, stored form, its archived delivery records); and the position of
+        the last one when more follow. ``status`` and ``endpoint_id`` select events with
+        an archived delivery of that status, and one to that endpoint."""
+        sql: list[str] = ["true"]
+        args: list[Any] = []
+        for column, text in (("app", filters.app), ("idempotency_key", filters.idempotency_key)):
+            if text is not None:
+                sql.append(f"e.{column} = %s")
+                args.append(text)
+        if filters.event_type is not None and filters.event_type.endswith("*"):
+            prefix = filters.event_type[:-1]
+            sql.append("left(e.type, %s) = %s")
+            args += [len(prefix), prefix]
+        elif filters.event_type is not None:
+            sql.append("e.type = %s")
+            args.append(filters.event_type)
+        for op, at in ((">=", filters.since), ("<", filters.until)):
+            if at is not None:
+                sql.append(f"e.created_at {op} %s")
+                args.append(at)
+        for column, text in (("status", filters.status), ("endpoint_id", filters.endpoint_id)):
+            if text is not None:
+                sql.append(
+                    f"EXISTS (SELECT 1 FROM {{s}}.deliveries d WHERE d.event_id = e.id"
+                    f" AND d.{column} = %s)"
+                )
+                args.append(text)
+        if filters.payload is not None:
+            sql.append("e.payload @> %s::jsonb")
+            args.append(_json(filters.payload))
+        if after is not None:
+            sql.append("(e.created_at, e.id) < (%s, %s)")
+            args += [int(after[0]), after[1]]
+        async with self.conn() as c:
+            cur = await c.execute(
+                q(
+                    self.schema,
+                    f"SELECT e.id, e.created_at, e.stored FROM {{s}}.events e"
+                    f" WHERE {' AND '.join(sql)} ORDER BY e.created_at DESC, e.id DESC LIMIT %s",
+                ),
+                [*args, limit + 1],
+            )
+            found = [(str(i), int(at), bytes(v)) for i, at, v in await cur.fetchall()]
+            last = None
+            if len(found) > limit:
+                found = found[:limit]
+                last = (float(found[-1][1]), found[-1][0])
+            cur = await c.execute(
+                q(
+                    self.schema,
+                    "SELECT event_id, record FROM {s}.deliveries WHERE event_id = ANY(%s)"
+                    " ORDER BY id",
+                ),
+                ([i for i, _, _ in found],),
+            )
+            rows: dict[str, list[dict[str, Any]]] = {}
+            for event_id, record in await cur.fetchall():
+                rows.setdefault(event_id, []).append(record)
+        return [(i, v, rows.get(i, [])) for i, _, v in found], last
 
     async def delivery_rows(self, delivery_ids: Sequence[str]) -> list[tuple[dict[str, Any], int]]:
         """Archived deliveries with their attempt logs, and when each finished (ms)."""

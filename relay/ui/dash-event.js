@@ -5,6 +5,7 @@ import { el, changed, coarse, num, ago, iso, badge } from "./kit.js";
 import { $, state, api, ApiError, hooks, toast, handleError, endpointLabel } from "./dash-ctx.js";
 import { payloadBlock } from "./payload.js";
 import { findEvent, payloadQuery, PAYLOAD_NOTE } from "./eventlist.js";
+import { archiveOn, searchPayload } from "./dash-events.js";
 import { attemptRows, sentHeaderRows } from "./attempts.js";
 import { lastResult, replay } from "./dash-deliveries.js";
 import { editEndpoint } from "./dash-endpoints.js";
@@ -85,10 +86,13 @@ function renderEvent(id, ev) {
   }
 }
 
-/** The search box: an event id, a delivery id or an Idempotency-Key, to its event page. */
+/**
+ * The search box: an event id, a delivery id or an Idempotency-Key, to its event page;
+ * a payload field ("customer.id = 42"), to the events whose archived payload has it.
+ */
 export async function find(raw) {
-  if (payloadQuery(raw)) return toast(PAYLOAD_NOTE, true);
   try {
+    if (payloadQuery(raw)) return (await archiveOn()) ? searchPayload(raw) : toast(PAYLOAD_NOTE, true);
     const found = await findEvent(api, raw);
     if (!found) return toast(`No event has the id or Idempotency-Key ${raw.trim()}`, true);
     state.focusDelivery = found.delivery;

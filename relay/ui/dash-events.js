@@ -1,22 +1,42 @@
 // The events view: every app's events, newest first, filtered by type, app, endpoint,
-// the status of their deliveries and creation time; a row opens the event page.
+// the status of their deliveries, creation time and, the archive on, a payload field of
+// archived events; a row opens the event page.
 import { el, changed, coarse } from "./kit.js";
 import { $, state, api, hooks, handleError } from "./dash-ctx.js";
-import { eventsPage, eventRows, localMs } from "./eventlist.js";
+import { eventsPage, eventRows, localMs, payloadFilter } from "./eventlist.js";
 
 const PAGE_SIZE = 25;
 const page = { filters: {}, cursors: [""], next: null };
+let archive = null; // whether the archive is on: null until asked
 
 function filters() {
   return {
     type: $("e-type").value.trim(), app: $("e-app").value.trim(), endpoint_id: $("e-endpoint").value,
     status: $("e-status").value, since: localMs($("e-since").value), until: localMs($("e-until").value),
+    payload: payloadFilter($("e-payload").value),
   };
+}
+
+/** Whether the archive is on (GET /v1/stats has an `archived` section then); asked once. */
+export async function archiveOn() {
+  if (archive === null) archive = "archived" in (await api("GET", "v1/stats"));
+  $("e-payload-label").hidden = !archive;
+  return archive;
+}
+
+/** The events list narrowed to a payload field ("customer.id = 42"), the archive on. */
+export function searchPayload(raw) {
+  $("e-filters").reset();
+  $("e-payload").value = raw.trim();
+  page.filters = filters();
+  page.cursors = [""];
+  hooks.setView("events");
 }
 
 let seq = 0;
 export async function loadEvents() {
   const mine = ++seq;
+  if (archive === null) await archiveOn();
   const { rows, next } = await eventsPage(api, page.filters, page.cursors[page.cursors.length - 1], PAGE_SIZE);
   if (mine !== seq) return;
   page.next = next;
@@ -57,7 +77,7 @@ export const eventsLive = () => page.cursors.length === 1;
 export function wireEvents() {
   for (const id of ["e-endpoint", "e-status", "e-since", "e-until"]) $(id).addEventListener("change", apply);
   let typing = null;
-  for (const id of ["e-type", "e-app"]) {
+  for (const id of ["e-type", "e-app", "e-payload"]) {
     $(id).addEventListener("input", () => {
       clearTimeout(typing);
       typing = setTimeout(apply, 400);

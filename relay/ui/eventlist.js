@@ -46,6 +46,28 @@ export const payloadQuery = (q) => /^[\w.]+\s*(=|==)\s*\S/.test(q.trim());
 export const PAYLOAD_NOTE = "Searching payload fields needs the archive, which this relay does not have: search an event id, a delivery id or an Idempotency-Key";
 
 /**
+ * "customer.id = 42" as the JSON object GET /v1/events?payload= looks for in a payload
+ * ({"customer": {"id": 42}}); the value is JSON when it parses (42, true, "42"), else
+ * the text. "" for anything else.
+ */
+export function payloadFilter(raw) {
+  const q = raw.trim();
+  if (!payloadQuery(q)) return "";
+  const [, path, text] = q.match(/^([\w.]+)\s*==?\s*(.+)$/);
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    value = text;
+  }
+  const keys = path.split(".").filter(Boolean);
+  if (!keys.length) return "";
+  let obj = value;
+  for (const k of keys.reverse()) obj = { [k]: obj };
+  return JSON.stringify(obj);
+}
+
+/**
  * What the search box found: {event, delivery} ids, or null. `q` is an event id, a
  * delivery id, or else an Idempotency-Key.
  */
