@@ -3,7 +3,7 @@
 // event with its payload and every delivery's attempts, Replay and Edit endpoint.
 import { el, changed, coarse, ago, iso, badge } from "./kit.js";
 import { $, state, api, toast, fail, label } from "./portal-ctx.js";
-import { eventsPage, eventRows, findEvent, payloadQuery, PAYLOAD_NOTE } from "./eventlist.js";
+import { eventsPage, eventRows, findEvent, payloadQuery } from "./eventlist.js";
 import { payloadBlock } from "./payload.js";
 import { attemptRows } from "./attempts.js";
 import { editEndpoint } from "./portal-endpoints.js";
@@ -77,7 +77,7 @@ export async function loadEvent() {
 }
 
 export async function search(raw) {
-  if (payloadQuery(raw)) return toast(PAYLOAD_NOTE, true);
+  if (payloadQuery(raw)) return toast("The portal finds an event by its id, a delivery id or its Idempotency-Key; it does not search payload fields", true);
   try {
     const found = await findEvent(api, raw);
     if (!found) return toast(`No event of yours has the id or Idempotency-Key ${raw.trim()}`, true);
