@@ -288,6 +288,9 @@ class _Call:
             except (LostConnection, RedisTimeout, OSError):
                 await _refresh(client)
                 raise
+            except AttributeError as exc:  # redis-py: the connection closed under the write
+                await _refresh(client)
+                raise LostConnection(f"connection to {node.name} closed mid-write") from exc
             reply, acked = pair[0].result, pair[1].result
             if not isinstance(reply, (MovedError, *NOT_RUN)) or time.monotonic() >= deadline:
                 return reply, acked
