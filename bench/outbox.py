@@ -37,9 +37,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 
-from pg import PgServer, pg_bindir  # noqa: E402
+from tests.helpers.pg import PgServer, pg_bindir  # noqa: E402
 
 from relay.connectors import outbox_admin, outbox_schema  # noqa: E402
 from relay.domain.schema import endpoint_record  # noqa: E402

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,10 +29,12 @@ async def publish(store: Store, *endpoint_ids: str, payload: Any = None) -> tupl
 
 
 async def until(check: Callable[[], Any], within: float = 10.0) -> Any:
-    """Wait until ``await check()`` is truthy (a deadline, not a timing assertion)."""
+    """Wait until ``check()`` (awaited if need be) is truthy; a deadline, not a timing
+    assertion."""
     deadline = time.monotonic() + within
     while True:
-        got = await check()
+        got = check()
+        got = await got if inspect.isawaitable(got) else got
         if got:
             return got
         assert time.monotonic() < deadline, "condition not reached before the deadline"
