@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: run test test-unit test-redis test-system lint docs setup crash bench screenshots clean dist lock image
+.PHONY: run test test-long test-unit test-redis test-system lint docs setup crash bench screenshots clean dist lock image
 
 $(STAMP): pyproject.toml tools/package-lock.json
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,12 +30,19 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-# every tier (tests/README.md); `make test-unit` and the like run one tier alone
+# every tier (tests/README.md), test files spread over PYTEST_WORKERS processes; tests
+# marked `long` are left to `make test-long`. `make test-unit` and the like run one tier.
+PYTEST_WORKERS ?= 3
+PYTEST := $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+
 test: $(STAMP) lint docs
-	$(BIN)/pytest -q
+	$(PYTEST) -m "not long"
+
+test-long: $(STAMP)
+	$(PYTEST) -m long
 
 test-unit test-redis test-system: test-%: $(STAMP)
-	$(BIN)/pytest -q tests/$*
+	$(PYTEST) -m "not long" tests/$*
 
 # requirements.lock (docs/operating/image.md): every runtime dependency of pyproject.toml,
 # transitive ones too, pinned with the hashes of its files; the image installs only that.
