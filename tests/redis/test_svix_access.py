@@ -76,3 +76,17 @@ async def test_another_apps_key_finds_nothing(
     assert await call(api, "GET", f"{A}/shop/endpoint/{ep['id']}") == before
     status, kept = await call(api, "GET", f"{A}/shop/msg?with_content=true")
     assert [m["id"] for m in kept["data"]] == [msg["id"]]
+
+
+async def test_a_refused_query_and_body_name_their_place_as_svix_does(
+    make_store: Any, make_api: Any
+) -> None:
+    """A 422 locates the refused field under ``query`` or ``body``: the SDKs read ``loc``."""
+    api = await make_api(await make_store())
+    assert (await call(api, "POST", A, json={"name": "shop", "uid": "shop"}))[0] == 201
+    status, answer = await call(api, "GET", f"{A}/shop/msg?limit=many")
+    assert status == 422, answer
+    assert [d["loc"] for d in answer["detail"]] == [["query", "limit"]]
+    status, answer = await call(api, "POST", f"{A}/shop/msg", json={"eventType": 5, "payload": {}})
+    assert status == 422, answer
+    assert [d["loc"] for d in answer["detail"]] == [["body", "eventType"]]

@@ -129,10 +129,15 @@ async def test_the_python_sdk_runs_the_core_flow(
         assert (await svix.message.get("shop", msg.id, content)).payload == {"order": 1}
         assert (await svix.message.get("shop", msg.id)).payload == {}  # the SDK's default
         assert (await svix.message.get("shop", "o-1")).id == msg.id
+        assert (await svix.message.get("shop", msg.id)).event_id == "o-1"
         page = await svix.message.list("shop", MessageListOptions(limit=1))
-        assert [m.id for m in page.data] == [second.id] and not page.done
+        assert [(m.id, m.event_id) for m in page.data] == [(second.id, "send-2")]
+        assert not page.done
         rest = await svix.message.list("shop", MessageListOptions(limit=1, iterator=page.iterator))
-        assert [m.id for m in rest.data] == [msg.id]
+        assert [(m.id, m.event_id) for m in rest.data] == [(msg.id, "o-1")]
+        plain = await svix.message.create("shop", MessageIn(event_type="order.none", payload={}))
+        assert plain.event_id is None  # the SDK's auto_ key is no eventId
+        assert (await svix.message.get("shop", plain.id)).event_id is None
         typed = await svix.message.list("shop", MessageListOptions(event_types=["order.none"]))
         assert typed.data == [] and typed.done
 

@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 
 from relay.api.access import pinned_app, principal, scoped_app
-from relay.api.common import STORE, ApiError, body, json, query, route
+from relay.api.common import STORE, ApiError, body, json, route
 from relay.api.svix.base import (
     IDEMPOTENCY_DOC,
     IDEMPOTENCY_HEADER,
@@ -26,6 +26,7 @@ from relay.api.svix.base import (
     by_key,
     idempotent,
     page,
+    query,
     refuse_set,
     when,
 )

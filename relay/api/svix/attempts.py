@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from aiohttp import web
 from pydantic import Field
 
-from relay.api.common import STORE, ApiError, json, query, route
+from relay.api.common import STORE, ApiError, json, route
 from relay.api.deliveries import cursor_position
 from relay.api.svix.applications import POST_HEADERS, TAG
 from relay.api.svix.base import (
@@ -25,6 +25,7 @@ from relay.api.svix.base import (
     ms,
     not_found,
     page,
+    query,
     refuse,
     when,
 )
@@ -126,7 +127,7 @@ def _narrowed(attempts: list[Logged], q: AttemptQuery) -> list[dict[str, Any]]:
 async def by_message(request: web.Request) -> web.Response:
     """Every request made for the message, to any of its endpoints (``endpoint_id`` and
     ``status`` narrow it)."""
-    event, _ = await message_of(request, await app_of(request))
+    event = await message_of(request, await app_of(request))
     q = query(request, AttemptQuery)
     attempts = _narrowed(await attempts_of(request, [d["id"] for d in event["deliveries"]]), q)
     start = int(q.iterator) if q.iterator and q.iterator.isdigit() else 0
@@ -166,7 +167,7 @@ async def by_endpoint(request: web.Request) -> web.Response:
 )
 async def read(request: web.Request) -> web.Response:
     """One request of the message's attempt log."""
-    event, _ = await message_of(request, await app_of(request))
+    event = await message_of(request, await app_of(request))
     ident = request.match_info["attempt_id"]
     mine = [d["id"] for d in event["deliveries"]]
     for delivery, entry, url in await attempts_of(request, mine):
@@ -188,7 +189,7 @@ async def read(request: web.Request) -> web.Response:
 async def destinations(request: web.Request) -> web.Response:
     """Each endpoint the message has a delivery to, with that delivery's status and
     next attempt (a deleted endpoint is left out)."""
-    event, _ = await message_of(request, await app_of(request))
+    event = await message_of(request, await app_of(request))
     query(request, ListQuery)  # one page: an event has at most 1,024 deliveries
     store = request.app[STORE]
     out = []
@@ -238,7 +239,7 @@ async def resend(request: web.Request) -> web.Response:
     ``succeeded`` one goes back to pending with a fresh attempt budget; one still on its
     way is 409 ``delivery_not_replayable``."""
     app = await app_of(request)
-    event, _ = await message_of(request, app)
+    event = await message_of(request, app)
     endpoint = await endpoint_of(request, app)
     mine = [d["id"] for d in event["deliveries"] if d["endpoint_id"] == endpoint["id"]]
     if not mine:

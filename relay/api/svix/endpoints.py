@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from relay.api.common import STORE, ApiError, body, json, query, route
+from relay.api.common import STORE, ApiError, body, json, route
 from relay.api.svix.applications import POST_HEADERS, TAG
 from relay.api.svix.base import (
     OrderedQuery,
@@ -25,6 +25,7 @@ from relay.api.svix.base import (
     ms,
     not_found,
     page,
+    query,
     refuse,
     refuse_set,
     relay_fields,

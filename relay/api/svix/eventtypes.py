@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import Field
 
-from relay.api.common import STORE, ApiError, body, json, query, route
+from relay.api.common import STORE, ApiError, body, json, route
 from relay.api.eventtypes import schema_invalid
 from relay.api.svix.applications import POST_HEADERS, TAG
 from relay.api.svix.base import (
@@ -22,6 +22,7 @@ from relay.api.svix.base import (
     idempotent,
     not_found,
     page,
+    query,
     refuse,
     refuse_set,
     relay_fields,

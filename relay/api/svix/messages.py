@@ -11,6 +11,7 @@ delivery (``deliver_at`` on ``POST /v1/events``).
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -18,7 +19,7 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
-from relay.api.common import PUBLISHER, STORE, ApiError, body, json, query, route
+from relay.api.common import PUBLISHER, STORE, ApiError, body, json, route
 from relay.api.deliveries import cursor_position
 from relay.api.svix.applications import POST_HEADERS, TAG, app_or_create
 from relay.api.svix.base import (
@@ -29,6 +30,7 @@ from relay.api.svix.base import (
     ms,
     not_found,
     page,
+    query,
     refuse,
     refuse_set,
     relay_fields,
@@ -48,6 +50,7 @@ UNSUPPORTED = {
     "payload_retention_hours": "retention is relay-wide (RELAY_RETENTION)",
 }
 # a delivery's relay status as Svix's MessageStatus (else 1, pending)
+AUTO_KEY = "auto_"  # the SDKs' own idempotency-key when the caller gives none
 STATUS = {"succeeded": (0, "success"), "dead": (2, "fail"), "delivering": (3, "sending")}
 
 
@@ -79,7 +82,14 @@ def message_out(
     }
 
 
-def event_out(event: dict[str, Any], with_content: bool, key: str | None = None) -> dict[str, Any]:
+def event_key(event: dict[str, Any]) -> str | None:
+    """The message's ``eventId``: the idempotency key it was published with, unless the
+    SDK made that key up (``auto_...``, sent when the caller gave none)."""
+    key = event.get("idempotency_key")
+    return None if key is None or key.startswith(AUTO_KEY) else str(key)
+
+
+def event_out(event: dict[str, Any], with_content: bool) -> dict[str, Any]:
     payload = event["payload"] if with_content else {}
     at = event.get("deliver_at")
     return message_out(
@@ -87,7 +97,7 @@ def event_out(event: dict[str, Any], with_content: bool, key: str | None = None)
         event["type"],
         when(event["created_at"]),
         payload,
-        key,
+        event_key(event),
         None if at is None else when(at),
     )
 
@@ -96,22 +106,21 @@ class ContentQuery(Strict):
     with_content: bool = True
 
 
-async def message_of(request: web.Request, app: str) -> tuple[dict[str, Any], str | None]:
+async def message_of(request: web.Request, app: str) -> dict[str, Any]:
     """The path's ``{msg_id}`` (an ``evt_`` id, or an ``eventId`` relay still keeps) as an
-    event of ``app``, and the eventId it was found by; else 404."""
+    event of ``app``; else 404."""
     ident = request.match_info["msg_id"]
     store = request.app[STORE]
-    key = None
     if ident.startswith("evt_"):
         event = await store.get_event(ident)
     else:
-        key, event = ident, None
+        event = None
         raw = await request.app[PUBLISHER].guard.remembered(app, ident)
         if raw is not None:
             event = await store.get_event(orjson.loads(raw)["answer"]["id"])
     if event is None or event["app"] != app:
         raise not_found("message", ident)
-    return event, key
+    return event
 
 
 @route(
@@ -174,7 +183,7 @@ async def create(request: web.Request) -> web.Response:
         answer["type"],
         answer["created_at"],
         payload,
-        data.event_id,
+        event_key({"idempotency_key": key}),
         answer.get("deliver_at"),
     )
     return json(out, status=202)
@@ -192,8 +201,8 @@ async def create(request: web.Request) -> web.Response:
 async def read(request: web.Request) -> web.Response:
     """The message (its ``evt_`` id, or the ``eventId`` it was sent with while relay keeps
     idempotency keys)."""
-    event, key = await message_of(request, await app_of(request))
-    return json(event_out(event, query(request, ContentQuery).with_content, key))
+    event = await message_of(request, await app_of(request))
+    return json(event_out(event, query(request, ContentQuery).with_content))
 
 
 class MessageQuery(ListQuery):
@@ -253,11 +262,13 @@ async def messages_of(
     request: web.Request, rows: list[dict[str, Any]], with_content: bool
 ) -> list[dict[str, Any]]:
     """Each row's event as a message (its payload read only ``with_content``)."""
+    store = request.app[STORE]
+    events = await asyncio.gather(*(store.get_event(r["event_id"]) for r in rows))
     out = []
-    for r in rows:
-        event = await request.app[STORE].get_event(r["event_id"]) if with_content else None
-        payload = {} if event is None else event["payload"]
-        out.append(message_out(r["event_id"], r["type"], when(r["created_at"]), payload))
+    for r, event in zip(rows, events, strict=True):
+        payload = event["payload"] if event is not None and with_content else {}
+        key = None if event is None else event_key(event)
+        out.append(message_out(r["event_id"], r["type"], when(r["created_at"]), payload, key))
     return out
 
 
