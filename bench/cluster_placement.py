@@ -3,7 +3,7 @@
     python bench/cluster_placement.py [--keyed 3000] [--lanes 60] [--per-lane 15]
         [--n 10000] [--rounds 3] [--workers 2] [--no-ingest]
 
-Part of ``make bench`` (issue 36's table, in one run). On 127.0.0.1 it starts a private
+Part of ``make bench``: one table from one run. On 127.0.0.1 it starts a private
 Redis Cluster of 3 masters, each with one replica (relay.redisproc, no append-only
 file), puts the 12 shard tags ``{s0}`` ... ``{s11}`` 4 to a master, and runs, with
 ``RELAY_SHARDS=12`` and one app:
