@@ -97,6 +97,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/destinations.py
 	$(BIN)/python bench/archive.py
+	$(BIN)/python bench/cluster_placement.py
 
 clean:
 	rm -rf $(VENV) .relay .pytest_cache .mypy_cache .ruff_cache build/site tools/node_modules dist

@@ -272,12 +272,23 @@ class Round:
                 raise RuntimeError(f"{url} did not come up; logs in {self.dir / 'logs'}")
             await asyncio.sleep(0.05)
 
+    def _shard_keys(self, event_id: str | None = None) -> list[Any]:
+        """The shards to drain (``event_id`` None) or the one holding ``event_id``: one
+        shard here."""
+        return [Keys(PREFIX).shard(0)]
+
+    def _client(self) -> Any:
+        return aioredis.Redis(port=self.redis.port, decode_responses=True)
+
     async def _drain(self, client: Any) -> bool:
-        sk = Keys(PREFIX).shard(0)
         deadline = time.monotonic() + self.cfg.drain_timeout
         while time.monotonic() < deadline:
             try:
-                if await client.zcard(sk.due) == 0 and await client.zcard(sk.processing) == 0:
+                empty = True
+                for sk in self._shard_keys():
+                    empty = empty and await client.zcard(sk.due) == 0
+                    empty = empty and await client.zcard(sk.processing) == 0
+                if empty:
                     return True
             except Exception:  # Redis restarting: ask again
                 pass
@@ -285,13 +296,13 @@ class Round:
         return False
 
     async def _collect(self, client: Any) -> dict[int, dict[str, Any]]:
-        sk = Keys(PREFIX).shard(0)
         out: dict[int, dict[str, Any]] = {}
         items = sorted(self.st.acked.items())
         for start in range(0, len(items), 500):
             chunk = items[start : start + 500]
             async with client.pipeline(transaction=False) as pipe:
                 for _, (evt, dlv, _) in chunk:
+                    sk = self._shard_keys(evt)[0]
                     pipe.exists(sk.event(evt))
                     pipe.hgetall(sk.delivery(dlv))
                     pipe.lrange(sk.log(dlv), 0, -1)
@@ -316,7 +327,7 @@ class Round:
             self._spawn_worker()
         auth = {"Authorization": f"Bearer {self.token}"}
         timeout = aiohttp.ClientTimeout(total=15)
-        client = aioredis.Redis(port=self.redis.port, decode_responses=True)
+        client = self._client()
         stop = asyncio.Event()
         try:
             async with aiohttp.ClientSession(headers=auth, timeout=timeout) as session:

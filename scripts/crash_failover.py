@@ -53,6 +53,10 @@ replica, 503, and the client's retry lands on the new primary). ``--lag 0`` kill
 links intact and the workers running.
 
     python scripts/crash_failover.py --rounds 2 --events 1500 --kills 3 --ack 1,0
+
+``--cluster`` runs the same rounds on a 3-master Redis Cluster with a replica per
+master, killing masters instead of a Sentinel primary (scripts/crash_cluster.py); not
+part of ``make crash``.
 """
 
 from __future__ import annotations
@@ -336,12 +340,19 @@ async def run_rounds(args: argparse.Namespace, seed: int) -> list[dict[str, Any]
     for n in range(1, args.rounds + 1):
         ack = args.ack[(n - 1) % len(args.ack)]
         print(
-            f"failover round {n}/{args.rounds}: {cfg.events} events, {args.kills} primary "
+            f"failover round {n}/{args.rounds}: {cfg.events} events, {args.kills} "
+            f"{'master' if args.cluster else 'primary'} "
             f"kills, RELAY_ACK_REPLICAS={ack}",
             file=sys.stderr,
             flush=True,
         )
-        rnd = FailoverRound(n, cfg, args.kills, ack, rng, args.lag, args.down_after_ms)
+        rnd: FailoverRound
+        if args.cluster:
+            from crash_cluster import ClusterFailoverRound
+
+            rnd = ClusterFailoverRound(n, cfg, args.kills, ack, rng, args.lag)
+        else:
+            rnd = FailoverRound(n, cfg, args.kills, ack, rng, args.lag, args.down_after_ms)
         rnd.keep = args.keep
         results.append(await rnd.run())
     return results
@@ -363,6 +374,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--lag", type=float, default=0.3, help="seconds of cut replica links before each kill"
+    )
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="kill masters of a 3-master cluster with replicas instead (scripts/crash_cluster.py)",
     )
     p.add_argument("--seed", type=int)
     p.add_argument("--keep", action="store_true")
