@@ -21,8 +21,8 @@ run: $(STAMP)
 	$(BIN)/relay dev $(if $(filter 1,$(PRIVATE_REDIS)),--private-redis)
 
 lint: $(STAMP)
-	$(BIN)/ruff check relay tests
-	$(BIN)/ruff format --check relay tests
+	$(BIN)/ruff check relay tests bench scripts
+	$(BIN)/ruff format --check relay tests bench scripts
 	$(BIN)/mypy relay
 	$(BIN)/python scripts/lint_comments.py relay tests
 

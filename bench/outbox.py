@@ -39,13 +39,12 @@ from psycopg.types.json import Jsonb
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from tests.helpers.pg import PgServer, pg_bindir  # noqa: E402
-
 from relay.connectors import outbox_admin, outbox_schema  # noqa: E402
 from relay.domain.schema import endpoint_record  # noqa: E402
 from relay.queue.store import Store, connect  # noqa: E402
 from relay.redisproc import RedisServer, free_port  # noqa: E402
 from relay.settings import Settings  # noqa: E402
+from tests.helpers.pg import PgServer, pg_bindir  # noqa: E402
 
 TABLE = "bench_outbox"
 

@@ -44,8 +44,8 @@ window that a lagging replica link and a backlog open in production, for ``--lag
 seconds (default 0.3): the worker processes are stopped (SIGSTOP), so what is
 published meanwhile waits in the primary's queue, then every replica is given
 credentials the primary refuses (``CONFIG SET masteruser/masterauth``) and its link is
-cut (``CLIENT KILL TYPE replica``), so no replica can resync; publishing goes on. Then the primary is
-SIGKILLed, the replicas get their credentials back and the workers go on (SIGCONT).
+cut (``CLIENT KILL TYPE replica``), so no replica can resync; publishing goes on. Then the
+primary is SIGKILLed, the replicas get their credentials back and the workers go on (SIGCONT).
 With ``RELAY_ACK_REPLICAS=0`` the publishes answered 201 in that window exist only on the
 primary and are lost with it (``acked_in_cut`` counts the answers in the window, ``lost``
 the events never delivered); with ``1`` none of them is answered 201 (WAIT finds no

@@ -93,7 +93,8 @@ async def main() -> None:
                 print(f"{cap:>10} {plain:>10.0f} {full:>10.0f} {full - plain:>12.0f}")
             hour, day = await counters_cost(store)
             print(
-                f"endpoint counters, steady traffic every minute: {hour:,} B an hour, {day:,} B a day"
+                "endpoint counters, steady traffic every minute: "
+                f"{hour:,} B an hour, {day:,} B a day"
             )
             await store.close()
         finally:
