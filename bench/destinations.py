@@ -32,6 +32,7 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import private_redis
+from relay import logs
 from relay.delivery import sender
 from relay.delivery.destinations import connector
 from relay.delivery.destinations.base import Message
@@ -144,6 +145,9 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=1000)
     ap.add_argument("--kinds", default="redis,nats,amqp")
     args = ap.parse_args()
+    # as `relay worker` does with the Settings below (log_level warning): structlog left
+    # unconfigured prints a coloured line per attempt, a cost the baseline does not pay
+    logs.configure("json", "warning")
     results: dict[str, Any] = {}
     with private_redis() as url:
         for kind in args.kinds.split(","):

@@ -1,0 +1,60 @@
+"""Broker endpoints in the dashboard, in the real headless Chromium: an ``amqp://``,
+``nats://`` and ``redis://`` endpoint each show in the endpoints view and on their own
+page with the password masked, and no password reaches the page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from relay.domain.destinations import MASK
+from tests.helpers.browser import UI_TIMEOUT_MS, chromium
+
+pytestmark = pytest.mark.realredis
+
+SECRETS = ("amqpPw-7f3a", "natsPw-91c2", "redisPw-44d0")
+URLS = (
+    f"amqp://relay:{SECRETS[0]}@127.0.0.1:5672/%2F?exchange=orders&routing_key=o.{{type}}",
+    f"nats://relay:{SECRETS[1]}@127.0.0.1:4222/orders.{{type}}",
+    f"redis://:{SECRETS[2]}@127.0.0.1:6390/0?stream=orders&maxlen=1000",
+)
+
+
+async def test_broker_endpoints_show_masked_credentials(make_store: Any, make_api: Any) -> None:
+    from playwright.async_api import expect
+
+    expect.set_options(timeout=UI_TIMEOUT_MS)
+    store = await make_store()
+    api = await make_api(store)
+    created = []
+    for url in URLS:
+        async with api("POST", "/v1/endpoints", json={"url": url}) as r:
+            assert r.status == 201, await r.text()
+            created.append(dict(await r.json()))
+    for ep, secret in zip(created, SECRETS, strict=True):
+        assert secret not in ep["url"] and MASK in ep["url"]
+
+    async with chromium() as browser:
+        context = await browser.new_context(viewport={"width": 1366, "height": 768})
+        page = await context.new_page()
+        errors: list[Any] = []
+        page.on("pageerror", lambda e: errors.append(e))
+        await page.goto(api.url + "/ui/")
+        await page.fill("#token", "test-token")
+        await page.click("#signin-form button[type=submit]")
+        await page.click('.tabs a[data-view="endpoints"]')
+        for ep in created:
+            row = page.locator(f'#endpoints tr[data-id="{ep["id"]}"]')
+            await expect(row.locator(".ep-link")).to_have_text(ep["url"])
+        content = await page.content()
+        assert all(secret not in content for secret in SECRETS)
+
+        for ep in created:
+            await page.goto(api.url + f"/ui/#/endpoint/{ep['id']}")
+            await expect(page.locator("#ep-title")).to_have_text(ep["url"])
+            content = await page.content()
+            assert all(secret not in content for secret in SECRETS)
+        assert errors == []
+        await context.close()
