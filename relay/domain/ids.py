@@ -25,6 +25,7 @@ import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _INDEX = {c: i for i, c in enumerate(_ALPHABET)}
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits as two characters
 # Crockford's digits as int()'s base-32 digits; any other letter as one int() refuses
 _AS_INT = str.maketrans(
     {c: "0123456789abcdefghijklmnopqrstuv"[i] for i, c in enumerate(_ALPHABET)}
@@ -35,10 +36,15 @@ MAX_DELIVERIES = 32 * 32  # per event: the two characters that number them
 
 
 def _b32(value: int, width: int) -> str:
+    """The low ``5 * width`` bits of ``value``: ``width`` characters, most significant
+    first, two at a time from :data:`_PAIRS`."""
     out = []
-    for _ in range(width):
+    while width >= 2:
+        out.append(_PAIRS[value & 1023])
+        value >>= 10
+        width -= 2
+    if width:
         out.append(_ALPHABET[value & 31])
-        value >>= 5
     return "".join(reversed(out))
 
 

@@ -53,6 +53,7 @@ from redis.exceptions import ConnectionError as LostConnection
 from redis.exceptions import TimeoutError as RedisTimeout
 
 from relay import tracing
+from relay.queue.coalesce import Coalescer
 from relay.queue.errors import ReplicationTimeout
 from relay.queue.keys import guard_key
 
@@ -115,6 +116,7 @@ class _Call:
         self._owner = owner
         self._name = name
         self.script = script
+        self._groups: dict[tuple[int, float], Coalescer[tuple[Any, Any]]] = {}
 
     @property
     def sha(self) -> str:
@@ -164,6 +166,28 @@ class _Call:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.2)
 
+    async def grouped(
+        self, keys: Sequence[Any], args: Sequence[Any], *, ack: tuple[int, float]
+    ) -> Any:
+        """One call, sent together with this script's other ``grouped`` calls of the
+        same event loop turn (:class:`relay.queue.coalesce.Coalescer`): on one Redis,
+        one pipeline and one round trip for them all (then one ``WAIT`` when ``ack``
+        asks for replicas), each call answered with its own reply or error. On a
+        cluster or inside a span, the call on its own (:meth:`__call__`)."""
+        if tracing.on or isinstance(self._owner._client, RedisCluster):
+            return await self(keys, args, ack=ack)
+        group = self._groups.get(ack)
+        if group is None:
+            group = self._groups[ack] = Coalescer(lambda calls: self._each(calls, ack))
+        return await group((keys, args))
+
+    async def _each(
+        self, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]], ack: tuple[int, float]
+    ) -> list[Any]:
+        if len(calls) == 1:  # alone in its turn: the plain call
+            return [await self.call(*calls[0], ack=ack)]
+        return await self._pipelined(calls, ack, each=True)
+
     async def many(
         self, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]], *, ack: tuple[int, float]
     ) -> list[Any]:
@@ -186,8 +210,12 @@ class _Call:
         return await self._pipelined(calls, ack)
 
     async def _pipelined(
-        self, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]], ack: tuple[int, float]
+        self,
+        calls: Sequence[tuple[Sequence[Any], Sequence[Any]]],
+        ack: tuple[int, float],
+        each: bool = False,
     ) -> list[Any]:
+        """The calls in one pipeline; ``each``: a call's error is its reply, not raised."""
         replies: list[Any] = [NoScriptError()] * len(calls)
         timeout_ms = max(1, int(ack[1] * 1000))
         for _ in range(2):
@@ -207,7 +235,7 @@ class _Call:
             if not any(isinstance(r, NoScriptError) for r in replies):
                 break
             await self._reload()
-        for reply in replies:
+        for reply in () if each else replies:
             if isinstance(reply, BaseException):
                 raise reply
         return replies

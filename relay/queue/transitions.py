@@ -35,8 +35,9 @@ class Transitions(StoreBase):
 
         When the idempotency key is already taken nothing is written and the stored
         value is returned instead of None."""
-        (taken,) = await self.publish_many([write])
-        return taken
+        # sent with the other single publishes of this loop turn (one round trip for all)
+        res = await self.scripts.publish.grouped(*self._publish_call(**write), ack=self._ack)
+        return None if int(res[0]) == 1 else res[1]
 
     async def publish_many(self, writes: Sequence[dict[str, Any]]) -> list[str | None]:
         """Several :meth:`publish` calls at once, in the order given (one pipeline on one

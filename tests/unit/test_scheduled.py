@@ -7,11 +7,13 @@ and every read says ``scheduled`` until then (``relay.queue.records.record_of``)
 
 from __future__ import annotations
 
+import hashlib
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import fakeredis
+import orjson
 import pytest
 
 from relay.domain import eventrecord, ids
@@ -213,3 +215,19 @@ async def test_a_replay_of_a_scheduled_delivery_is_refused(fake_store: Store) ->
     assert (await fake_store.replay([ref["id"]]))[ref["id"]] != "ok"
     row = await fake_store.get_delivery(ref["id"])
     assert row is not None and row["status"] == "scheduled"
+
+
+def test_the_fingerprint_is_the_sha256_of_the_events_fields_sorted() -> None:
+    # keys remembered before stay answered: the fingerprint is the hash of model_dump's
+    # fields of EventIn (ordering_key left out when absent), keys sorted at every level
+    for doc in (
+        {"type": "a.b", "payload": {"z": [1, {"y": None, "x": 1.5}], "a": "é"}},
+        {"type": "a.b", "payload": 1, "app": "shop", "endpoint_ids": ["ep_1"]},
+        {"type": "a.b", "payload": [], "ordering_key": "k", "deliver_at": "2026-12-01T10:00:00Z"},
+    ):
+        body = EventPublishIn.model_validate(doc)
+        fields = body.model_dump(include=set(EventIn.model_fields))
+        if fields["ordering_key"] is None:
+            del fields["ordering_key"]
+        want = hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        assert fingerprint(body) == want
