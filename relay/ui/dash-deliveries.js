@@ -1,5 +1,5 @@
 // The deliveries table: filters, pages, and the row actions (replay, discard).
-import { el, changed, coarse, ago, iso, clock, badge } from "./kit.js";
+import { replaceRows, el, changed, coarse, ago, iso, clock, badge } from "./kit.js";
 import { $, state, api, hooks, toast, handleError, endpointLabel } from "./dash-ctx.js";
 import { openDrawer } from "./dash-drawer.js";
 
@@ -88,7 +88,7 @@ function renderDeliveries(rows) {
       el("td", {}, el("div", { class: "actions" }, replay, skip)),
     );
   });
-  body.replaceChildren(...out);
+  replaceRows(body, out);
   const empty = $("deliveries-empty");
   const filtered = Object.values(state.filters).some(Boolean);
   empty.hidden = rows.length > 0;

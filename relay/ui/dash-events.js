@@ -1,7 +1,7 @@
 // The events view: every app's events, newest first, filtered by type, app, endpoint,
 // the status of their deliveries, creation time and, the archive on, a payload field of
 // archived events; a row opens the event page.
-import { el, changed, coarse } from "./kit.js";
+import { replaceRows, el, changed, coarse } from "./kit.js";
 import { $, state, api, hooks, handleError } from "./dash-ctx.js";
 import { eventsPage, eventRows, localMs, payloadFilter } from "./eventlist.js";
 
@@ -45,7 +45,7 @@ export async function loadEvents() {
 
 function render(rows) {
   if (!changed("events", rows, page.filters, page.cursors.length, page.next, coarse(10e3))) return;
-  $("events").tBodies[0].replaceChildren(...eventRows(rows, (id) => hooks.setView("event", id), true));
+  replaceRows($("events").tBodies[0], eventRows(rows, (id) => hooks.setView("event", id), true));
   const empty = $("events-empty");
   empty.hidden = rows.length > 0;
   empty.textContent = Object.values(page.filters).some(Boolean) ? "No events match these filters." : "No events yet.";

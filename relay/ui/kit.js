@@ -142,4 +142,15 @@ function niceStep(raw) {
   return 10 * p;
 }
 
-export { el, svg, changed, coarse, now, setSkew, num, ago, iso, clock, hhmm, duration, badge, renderChart, niceStep };
+// A table body's rows replaced (a live refresh) without losing the keyboard's place:
+// the row that had the focus, or held it, has it again when it is still there.
+function replaceRows(body, rows) {
+  const active = document.activeElement;
+  const held = active && body.contains(active) ? active.closest("tr[data-id]") : null;
+  body.replaceChildren(...rows);
+  if (!held) return;
+  const again = body.querySelector(`tr[data-id="${CSS.escape(held.dataset.id)}"]`);
+  if (again) again.focus({ preventScroll: true });
+}
+
+export { replaceRows, el, svg, changed, coarse, now, setSkew, num, ago, iso, clock, hhmm, duration, badge, renderChart, niceStep };

@@ -1,6 +1,6 @@
 // The portal's deliveries: the list (status and time in their own columns), and one
 // delivery with its event's payload and every attempt with the receiver's answer.
-import { el, changed, coarse, now, ago, iso, badge } from "./kit.js";
+import { replaceRows, el, changed, coarse, now, ago, iso, badge } from "./kit.js";
 import { $, state, api, hooks, toast, fail, label } from "./portal-ctx.js";
 import { payloadBlock } from "./payload.js";
 import { attemptRows } from "./attempts.js";
@@ -60,7 +60,7 @@ export async function loadDeliveries(more) {
 
 export function renderDeliveries() {
   if (!changed("p-deliveries", state.rows, state.cursor, state.detail && state.detail.id, coarse(10e3))) return;
-  $("p-deliveries").tBodies[0].replaceChildren(...state.rows.map((d) => el("tr",
+  replaceRows($("p-deliveries").tBodies[0], state.rows.map((d) => el("tr",
     { dataset: { id: d.id, status: d.status }, class: state.detail && state.detail.id === d.id ? "selected" : "", onclick: () => openDetail(d.id), tabindex: 0, onkeydown: (e) => e.key === "Enter" && e.target === e.currentTarget && openDetail(d.id) },
     el("td", { class: "status-cell" }, badge(d.status)),
     el("td", { class: "ellipsis" }, d.type),

@@ -1,7 +1,7 @@
 // The portal's events: the app's events newest first (filter by type and by the status
 // of their deliveries), the search (event id, delivery id, Idempotency-Key), and one
 // event with its payload and every delivery's attempts, Replay and Edit endpoint.
-import { el, changed, coarse, ago, iso, badge } from "./kit.js";
+import { replaceRows, el, changed, coarse, ago, iso, badge } from "./kit.js";
 import { $, state, api, toast, fail, label } from "./portal-ctx.js";
 import { eventsPage, eventRows, findEvent, payloadQuery } from "./eventlist.js";
 import { payloadBlock } from "./payload.js";
@@ -15,7 +15,7 @@ export async function loadEvents() {
   const params = { type: $("p-e-type").value.trim(), status: $("p-e-status").value };
   const { rows, next } = await eventsPage(api, params, "", PAGE);
   if (!changed("p-events", rows, next, state.eventId, coarse(10e3))) return;
-  $("p-events").tBodies[0].replaceChildren(...eventRows(rows, openEvent, false));
+  replaceRows($("p-events").tBodies[0], eventRows(rows, openEvent, false));
   for (const tr of $("p-events").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.id === state.eventId);
   $("p-events-empty").hidden = rows.length > 0;
 }

@@ -155,9 +155,18 @@ async def test_operator_finds_reads_fixes_and_replays(
             await expect(page.locator("#ev-id")).to_have_text(event["id"])
 
             # The deliveries table by keyboard too: Enter opens the drawer, Escape closes.
+            # A live refresh that replaces the rows meanwhile leaves the focus where it was.
             await page.click('.tabs a[data-view="deliveries"]')
+            listed = page.locator("#deliveries tbody tr")
+            await expect(listed.first).to_be_visible()
+            before = await listed.count()
             row = page.locator(f'#deliveries tr[data-id="{dlv["id"]}"]')
             await row.focus()
+            async with api("POST", "/v1/events", json={"type": "ping", "app": "b", "payload": 9}):
+                pass
+            await expect(listed).to_have_count(before + 1)
+            focused = await page.evaluate("document.activeElement.dataset.id || null")
+            assert focused == dlv["id"]
             await page.keyboard.press("Enter")
             await expect(page.locator("#drawer")).to_be_visible()
             await expect(page.locator("#d-id")).to_have_text(dlv["id"])
