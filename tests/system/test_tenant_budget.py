@@ -169,8 +169,16 @@ async def test_one_tenant_cannot_slow_another(redis_server: Any, tmp_path: Path)
                 assert left_out["endpoint_id"] == slow
                 assert left_out["reason"].startswith("filter exceeded its time budget (1 s")
             else:
+                # Which of its budgets the memory filter meets first depends on the
+                # machine's speed: beside a busy test run its time runs out before its
+                # memory does. Either leaves it out, and the API's own memory is checked
+                # above; the memory budget's own blame is test_sandbox's
+                # test_a_filter_past_the_memory_budget_is_left_out.
                 assert left_out["endpoint_id"] == hungry
-                assert left_out["reason"] == "filter exceeded its memory budget (256 MiB)"
+                assert left_out["reason"] in (
+                    "filter exceeded its memory budget (256 MiB)",
+                    "filter exceeded its time budget (1 s, shared by the filters of a publish)",
+                ), left_out
             assert took < FILTER_SECONDS + SLACK, (kind, took)
             status, event, _ = await h.call("GET", f"/v1/events/{answer['id']}")
             assert status == 200 and event["filtered"] == answer["filtered"]
