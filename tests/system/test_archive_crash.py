@@ -8,8 +8,10 @@ and a private PostgreSQL, and reads through an in-process API with the archive o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -138,12 +140,13 @@ async def archived_past(tables: Any, count: int) -> bool:
     return sum((await tables.counts()).values()) > count
 
 
-async def test_postgresql_stopped_blocks_nothing_and_the_backlog_moves_later(
-    make_store: Any, make_api: Any, receiver: Any, redis_server: Any, tmp_path: Path
-) -> None:
+@contextlib.asynccontextmanager
+async def paused_archive(make_store: Any) -> AsyncIterator[tuple[PgServer, Any, Any]]:
+    """A PostgreSQL of the test's own (the test stops it), a store archiving into it, and
+    its tables, migrated; the server is paused when the test starts."""
     bindir = pg_bindir()
     assert bindir is not None
-    pg = PgServer(bindir)  # its own server: this test stops it
+    pg = PgServer(bindir)
     pg.start()
     try:
         store = await make_store(**archive_overrides(pg))
@@ -151,6 +154,15 @@ async def test_postgresql_stopped_blocks_nothing_and_the_backlog_moves_later(
         await tables.migrate()
         await tables.close()
         pg.pause()
+        yield pg, store, tables
+    finally:
+        pg.stop()
+
+
+async def test_postgresql_stopped_blocks_nothing_and_the_backlog_moves_later(
+    make_store: Any, make_api: Any, receiver: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    async with paused_archive(make_store) as (pg, store, tables):
         api = await make_api(store)
         await add_endpoint(store, receiver.url + "/ok")
         for n in range(500):
@@ -177,8 +189,6 @@ async def test_postgresql_stopped_blocks_nothing_and_the_backlog_moves_later(
         assert await tables.counts() == {"succeeded": 500}
         assert len(await list_all(api, limit=500)) == 500
         await tables.close()
-    finally:
-        pg.stop()
 
 
 async def test_a_backlog_past_its_alert_publishes_archive_behind_to_the_ops_app(
@@ -187,16 +197,7 @@ async def test_a_backlog_past_its_alert_publishes_archive_behind_to_the_ops_app(
     """PostgreSQL stopped, 120 deliveries finish and wait in Redis past
     RELAY_ARCHIVE_BACKLOG_ALERT=100: the worker publishes one ``archive.behind`` into the
     ops app, delivered to its endpoint there, with the backlog and the threshold."""
-    bindir = pg_bindir()
-    assert bindir is not None
-    pg = PgServer(bindir)  # its own server: this test stops it
-    pg.start()
-    try:
-        store = await make_store(**archive_overrides(pg))
-        tables = tables_of(store)
-        await tables.migrate()
-        await tables.close()
-        pg.pause()
+    async with paused_archive(make_store) as (_pg, store, _tables):
         ops = await add_endpoint(
             store, receiver.url + "/ops", app=store.settings.ops_app, event_types=["archive.*"]
         )
@@ -213,5 +214,3 @@ async def test_a_backlog_past_its_alert_publishes_archive_behind_to_the_ops_app(
         assert body["type"] == "archive.behind", body
         assert body["data"]["backlog"] >= 100 and body["data"]["threshold"] == 100, body
         assert ops["app"] == store.settings.ops_app
-    finally:
-        pg.stop()
