@@ -163,6 +163,25 @@ class Reads(StoreBase):
             return None
         return eventrecord.view(event_id, raw)
 
+    async def get_events(self, event_ids: Sequence[str]) -> list[dict[str, Any] | None]:
+        """Several events as :meth:`get_event` reads them (None for one unknown or
+        gone), in order: one round trip per shard."""
+        by_shard: dict[int, list[str]] = {}
+        for e in dict.fromkeys(event_ids):
+            shard = ids.shard_of(e)
+            if shard is not None and shard < self.settings.shards:
+                by_shard.setdefault(shard, []).append(e)
+        found: dict[str, dict[str, Any] | None] = {}
+        for shard, wanted in by_shard.items():
+            sk = self.keys.shard(shard)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for e in wanted:
+                    pipe.get(sk.event(e))
+                raws = await pipe.execute()
+            for e, raw in zip(wanted, raws, strict=True):
+                found[e] = None if raw is None else eventrecord.view(e, raw)
+        return [found.get(e) for e in event_ids]
+
     async def endpoint_known(self, endpoint_id: str) -> bool:
         """Whether the endpoint exists, or once did and still has deliveries indexed
         (a deleted endpoint's dead letters stay listable and replayable)."""

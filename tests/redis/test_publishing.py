@@ -74,6 +74,22 @@ async def test_publisher_stores_the_event_and_its_deliveries(
     assert got is not None and got["payload"] == {"n": 1}
 
 
+async def test_events_read_together_are_the_events_read_one_by_one(make_store: Any) -> None:
+    store = await make_store(shards=3)
+    await store.put_endpoint(endpoint_record(url="http://127.0.0.1:1/x", app="shop"))
+    publisher = Publisher(store)
+    made = [
+        (await publisher.publish(event(type="order.paid", app="shop", payload={"n": n}))).answer
+        for n in range(12)
+    ]
+    wanted = [m["id"] for m in made] + ["evt_01M8NRGJEW00N08E236MWQ75WB", "not-an-id"]
+    wanted.insert(3, made[5]["id"])  # asked twice: answered twice, in place
+    assert len({ids.shard_of(m["id"]) for m in made}) > 1
+    one_by_one = [await store.get_event(e) for e in wanted]
+    assert await store.get_events(wanted) == one_by_one
+    assert one_by_one[3] is not None and one_by_one[-1] is None
+
+
 @pytest.mark.parametrize("kind", ["fake", "real"])
 async def test_the_ops_app_takes_relay_events_only(
     kind: str, fake_store: Store, make_store: Any

@@ -11,7 +11,6 @@ delivery (``deliver_at`` on ``POST /v1/events``).
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -262,8 +261,7 @@ async def messages_of(
     request: web.Request, rows: list[dict[str, Any]], with_content: bool
 ) -> list[dict[str, Any]]:
     """Each row's event as a message (its payload read only ``with_content``)."""
-    store = request.app[STORE]
-    events = await asyncio.gather(*(store.get_event(r["event_id"]) for r in rows))
+    events = await request.app[STORE].get_events([r["event_id"] for r in rows])
     out = []
     for r, event in zip(rows, events, strict=True):
         payload = event["payload"] if event is not None and with_content else {}
