@@ -3,7 +3,10 @@
 Per endpoint in the batch: a deleted endpoint's deliveries go straight to be recorded
 dead (no request); a disabled endpoint's are held (:meth:`Lifecycle.hold`); the rest
 first meet this worker's window for the endpoint (:class:`Windows`: no head-of-line
-blocking), then the endpoint's shared breaker, rate limit and in-flight cap
+blocking; sends over it wait, spread by how long the endpoint's sends take, or, before
+its first answer here, by how long its oldest open request has been waiting, so a first
+burst to a fast endpoint comes back in milliseconds and one that hangs waits longer at
+each deferral), then the endpoint's shared breaker, rate limit and in-flight cap
 (``Health.admit``, one script call per endpoint). Sends that may not go now are
 deferred, not charged: back to due after a wait, through the outcome recorder. When
 the shared admission itself fails (Redis unavailable, a script error), the sends are
@@ -31,6 +34,7 @@ from relay.queue.store import Claimed, Outcome
 log = structlog.get_logger("relay.worker")
 
 ADMIT_FAILED_WAIT_MS = 1000  # admission could not be asked: try these again after this
+UNANSWERED_MIN_MS = 10.0  # the least a send to an endpoint yet to answer is taken to take
 
 Spawn = Callable[[ShardKeys, Claimed, dict[str, Any] | None], None]
 
@@ -83,7 +87,10 @@ class Admission:
         room = self.windows.room(e, self.inflight.open_to(e))
         cs, over = cs[:room], cs[room:]
         now = time.time() * 1000
-        waits = [self.windows.wait_ms(e, self.avg_ms.get(e), now) for _ in over]
+        took = self.avg_ms.get(e)
+        if took is None and over:  # not answered here yet: as long as it has kept us waiting
+            took = max(UNANSWERED_MIN_MS, self.inflight.oldest_open_ms(e, time.monotonic()))
+        waits = [self.windows.wait_ms(e, took, now) for _ in over]
         if cs:
             try:
                 _, shared = await self.health.admit(endpoint, [c.token for c in cs], spread)

@@ -45,6 +45,7 @@ class Flight:
     lease_until: float = 0.0  # time.monotonic() by which its lease runs out, at the latest
     slow_at: float = float("inf")  # time.monotonic() after which it counts as slow
     deadline: Deadline = field(default_factory=Deadline)  # its request's, while one runs
+    started: float = field(default_factory=time.monotonic)
     # its outcome and verdict writes (Worker._recorded, Worker._settled): the slot is
     # kept until both have ended
     settling: bool = False  # a verdict is being written
@@ -89,6 +90,16 @@ class InFlight:
             for f in self.flights.values()
             if f.claim.endpoint_id == endpoint_id and not f.recording
         )
+
+    def oldest_open_ms(self, endpoint_id: str, now: float) -> float:
+        """How long the oldest request open to one endpoint has been open (``now``:
+        time.monotonic()), 0 when none is."""
+        starts = [
+            f.started
+            for f in self.flights.values()
+            if f.claim.endpoint_id == endpoint_id and not f.recording
+        ]
+        return (now - min(starts)) * 1000 if starts else 0.0
 
     def add(
         self,

@@ -57,7 +57,7 @@ class Windows:
         self.http_timeout_ms = http_timeout * 1000
         self.slow_send_after = slow_send_after
         self._window: dict[str, int] = {}
-        self._tail: dict[str, float] = {}  # last deferral handed out, ms
+        self._queued: dict[str, tuple[float, float]] = {}  # sends waiting, as of when (ms)
 
     def window(self, endpoint_id: str) -> int:
         return self._window.get(endpoint_id, self.start)
@@ -71,13 +71,16 @@ class Windows:
     def wait_ms(self, endpoint_id: str, avg_ms: float | None, now_ms: float) -> int:
         """Wait for a send over the window: one send's worth of the window each (a few
         over it come back soon), wrapping within one HTTP timeout, by which time every
-        send holding the window has ended; a deep backlog returns spread, not at once."""
+        send holding the window has ended; a deep backlog returns spread, not at once.
+        The sends already waiting are counted as a queue that drains at today's pace, so
+        an endpoint found faster than first taken no longer stacks new waits behind them."""
         step = max(1.0, avg_ms or 100.0) / self.window(endpoint_id)
-        tail = max(self._tail.get(endpoint_id, 0.0), now_ms) + step
-        if tail > now_ms + self.http_timeout_ms:
-            tail = now_ms + step
-        self._tail[endpoint_id] = tail
-        return max(1, int(tail - now_ms))
+        queued, then = self._queued.get(endpoint_id, (0.0, now_ms))
+        queued = max(0.0, queued - (now_ms - then) / step) + 1
+        if queued * step > self.http_timeout_ms:
+            queued = 1.0
+        self._queued[endpoint_id] = (queued, now_ms)
+        return max(1, int(queued * step))
 
     def slow_after(self, avg_ms: float | None) -> float:
         """Seconds after which a send stops counting against the concurrency:

@@ -184,6 +184,42 @@ async def test_admission_that_fails_defers_instead_of_sending() -> None:
     assert all(o.delay_ms >= 1000 for o in recorder.submitted)
 
 
+async def test_a_burst_before_the_first_answer_waits_as_long_as_the_endpoint_has() -> None:
+    """Before an endpoint's first answer in this worker, sends over its window wait
+    spread by how long its oldest open request has been open (at least 10 ms): a burst
+    to a fast endpoint comes back within milliseconds, one to an endpoint that hangs
+    waits longer each time (fails with a fixed first guess of 100 ms a send)."""
+    recorder = _Recorder()
+    inflight = InFlight(64)
+    admission = Admission(
+        health=_BrokenHealth(),  # type: ignore[arg-type]
+        lifecycle=None,  # type: ignore[arg-type]
+        windows=Windows(64, 10.0, 1.0),  # a first window of 16
+        inflight=inflight,
+        avg_ms={},
+        recorder=recorder,  # type: ignore[arg-type]
+        stats=Stats(),
+        spawn=lambda sk, c, ep: None,
+    )
+    sk = Keys("t", 1).shard(0)
+    endpoint = {"id": "ep_x"}
+    flights = [
+        inflight.add(sk, Claimed(f"dlv_o{i}", f"o{i}", 1, 3, "evt_x", "ep_x", "{}"), endpoint)
+        for i in range(16)
+    ]
+    claims = [Claimed(f"dlv_{i}", f"tok{i}", 1, 3, "evt_x", "ep_x", "{}") for i in range(48)]
+    await admission.admit(sk, endpoint, claims)
+    burst = [o.delay_ms for o in recorder.submitted]
+    assert [o.outcome for o in recorder.submitted] == ["defer"] * 48
+    assert max(burst) <= 48 * 10 / 16 + 1, burst
+    for f in flights:  # open for 2 s now, no answer yet
+        f.started -= 2.0
+    recorder.submitted.clear()
+    await admission.admit(sk, endpoint, claims[:4])
+    hanging = [o.delay_ms for o in recorder.submitted]
+    assert min(hanging) >= 2000 / 16, hanging
+
+
 @pytest.mark.realredis
 async def test_admit_lua_clamps_a_tiny_rate(store: Store) -> None:
     """A record with rate_limit 1e-17 (written before validation refused it): before,

@@ -220,6 +220,18 @@ def test_windows_start_small_grow_on_success_and_spread_what_waits() -> None:
     assert Windows(concurrency=1, http_timeout=1, slow_send_after=1).window("x") == 1
 
 
+def test_waits_drain_at_the_pace_the_endpoint_is_found_to_have() -> None:
+    """Sends deferred while an endpoint was taken to be slow do not hold back the next
+    ones once it answers fast: those go after what is left at the new pace, not behind
+    every wait handed out before (fails where each wait goes after the last one)."""
+    w = Windows(concurrency=16, http_timeout=10.0, slow_send_after=1.0)
+    first = [w.wait_ms("a", 100.0, 0.0) for _ in range(40)]
+    assert first[:2] == [25, 50] and first[-1] == 1000
+    # 2 ms a send through a window of 4: 30 ms later the 40 ahead have gone
+    assert w.wait_ms("a", 2.0, 30.0) == 1
+    assert w.wait_ms("a", 100.0, 30.0) == 50  # back to 100 ms a send: one is ahead
+
+
 def test_auto_disable_policy_needs_disable_after_of_failing_without_a_success() -> None:
     def settled(failing_since: int) -> Settled:
         return Settled("open", 9, 0, failing_since, 0)
