@@ -8,10 +8,12 @@ baseline publishes ``--events`` signed messages through the kind's own publisher
 flight as a worker's ``RELAY_WORKER_CONCURRENCY``; then ``--events`` events are
 published to relay and one in-process worker drains them. Each run also checks what
 arrived: every event exactly once, every signature accepted by the Standard Webhooks
-verifier. Prints the ratio per kind (goal: 0.5 or more) and writes
-``bench/results/destinations.json``. Part of ``make bench``, not of ``make test``.
+verifier. Each kind runs ``--rounds`` rounds, the baseline and relay in turn, into fresh
+destinations; the medians are compared. Prints the ratio per kind (goal: 0.5 or more)
+and writes ``bench/results/destinations.json``. Part of ``make bench``, not of
+``make test``.
 
-    python bench/destinations.py [--events 1000] [--kinds redis,nats,amqp]
+    python bench/destinations.py [--events 10000] [--rounds 3] [--kinds redis,nats,amqp]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -117,24 +120,29 @@ async def through_relay(kit: Any, dest: str, events: int, redis_url: str) -> flo
         await store.close()
 
 
-async def measure(kit: Any, kind: str, events: int, redis_url: str) -> dict[str, Any]:
-    raw = await direct(kit, f"raw{kind}", events)
-    relay = await through_relay(kit, f"relay{kind}", events, redis_url)
+async def measure(kit: Any, kind: str, events: int, rounds: int, redis_url: str) -> dict[str, Any]:
+    raws, relays = [], []
+    for n in range(rounds):
+        raws.append(await direct(kit, f"raw{kind}{n}", events))
+        relays.append(await through_relay(kit, f"relay{kind}{n}", events, redis_url))
+    raw, relay = statistics.median(raws), statistics.median(relays)
     return {
         "direct_per_s": round(raw),
         "relay_per_s": round(relay),
         "ratio": round(relay / raw, 3),
         "events": events,
+        "direct_rounds": [round(r) for r in raws],
+        "relay_rounds": [round(r) for r in relays],
     }
 
 
-def run_kind(kind: str, events: int, redis_url: str) -> dict[str, Any]:
+def run_kind(kind: str, events: int, rounds: int, redis_url: str) -> dict[str, Any]:
     # in /tmp itself: RabbitMQ's node runs as user rabbitmq (tests/helpers/brokers.py)
     data = Path(tempfile.mkdtemp(prefix=f"relay-bench-{kind}-"))
     kit = KITS[kind](data)
     try:
         kit.start()  # outside the event loop: the RabbitMQ kit's readiness check runs one
-        return uvloop.run(measure(kit, kind, events, redis_url))
+        return uvloop.run(measure(kit, kind, events, rounds, redis_url))
     finally:
         getattr(kit, "close", kit.stop)()
         shutil.rmtree(data, ignore_errors=True)
@@ -142,7 +150,8 @@ def run_kind(kind: str, events: int, redis_url: str) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--events", type=int, default=1000)
+    ap.add_argument("--events", type=int, default=10_000)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kinds", default="redis,nats,amqp")
     args = ap.parse_args()
     # as `relay worker` does with the Settings below (log_level warning): structlog left
@@ -151,10 +160,14 @@ def main() -> int:
     results: dict[str, Any] = {}
     with private_redis() as url:
         for kind in args.kinds.split(","):
-            results[kind] = run_kind(kind, args.events, url)
+            results[kind] = run_kind(kind, args.events, args.rounds, url)
+    print(f"{args.events} events a round, median of {args.rounds} rounds (each round's rate)")
     print(f"{'kind':<6} {'direct/s':>10} {'relay/s':>10} {'ratio':>7}  (goal >= 0.5)")
     for kind, r in results.items():
-        print(f"{kind:<6} {r['direct_per_s']:>10} {r['relay_per_s']:>10} {r['ratio']:>7}")
+        print(
+            f"{kind:<6} {r['direct_per_s']:>10} {r['relay_per_s']:>10} {r['ratio']:>7}"
+            f"  direct {r['direct_rounds']} relay {r['relay_rounds']}"
+        )
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     return 0
