@@ -42,6 +42,7 @@ from relay.delivery.destinations.base import Message
 from relay.delivery.worker import Worker
 from relay.domain import destinations, ids, signing
 from relay.queue.store import Store, connect
+from relay.runner import tune_gc
 from relay.settings import Settings
 from tests.helpers.brokers import NatsKit, RabbitKit, RedisKit
 from tests.helpers.destinations import add, publish, store_done, until, verified
@@ -155,8 +156,10 @@ def main() -> int:
     ap.add_argument("--kinds", default="redis,nats,amqp")
     args = ap.parse_args()
     # as `relay worker` does with the Settings below (log_level warning): structlog left
-    # unconfigured prints a coloured line per attempt, a cost the baseline does not pay
+    # unconfigured prints a coloured line per attempt, a cost the baseline does not pay;
+    # and the worker's garbage collector settings, which the baseline shares
     logs.configure("json", "warning")
+    tune_gc()
     results: dict[str, Any] = {}
     with private_redis() as url:
         for kind in args.kinds.split(","):
