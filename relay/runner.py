@@ -251,7 +251,8 @@ async def serve(
 
 # The cyclic garbage collector's first generation is collected after this many net new
 # container objects (Python's default: 700). A worker allocates tens of short-lived
-# objects per send (tasks, futures, requests): at 700 it would collect every dozen
+# objects per send (tasks, futures, requests), the API as many per publish (the request,
+# its headers, the parsed body and models): at 700 a worker would collect every dozen
 # deliveries, and run a full collection (every object, the imported modules' too) every
 # ~1,500. Reference counting frees nearly all of them anyway; at most this many objects
 # of cyclic garbage wait for the next collection.
@@ -259,7 +260,7 @@ GC_GEN0_THRESHOLD = 10_000
 
 
 def tune_gc() -> None:
-    """Fewer, cheaper garbage collections for a long-lived worker process: what start-up
+    """Fewer, cheaper garbage collections for a long-lived relay process: what start-up
     made (modules, settings) is frozen out of every collection (``gc.freeze``), and the
     first generation is collected every ``GC_GEN0_THRESHOLD`` net allocations."""
     gc.collect()
@@ -303,8 +304,7 @@ def run(
 ) -> None:
     logs.configure(settings.log_format, settings.log_level)
     raise_open_files()
-    if with_worker:
-        tune_gc()
+    tune_gc()
     if tracing.setup(settings):  # only with OTEL_* set (docs/guides/tracing.md)
         log.info(
             "tracing.on",

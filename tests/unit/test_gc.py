@@ -1,6 +1,6 @@
-"""A worker process tunes the cyclic garbage collector before it starts delivering
-(relay.runner.tune_gc): start-up's objects frozen, the first generation collected less
-often. The API process keeps Python's defaults."""
+"""Every relay process (worker, API, both) tunes the cyclic garbage collector before it
+starts (relay.runner.tune_gc): start-up's objects frozen, the first generation collected
+less often."""
 
 from __future__ import annotations
 
@@ -38,19 +38,11 @@ def _run_as(
     return seen
 
 
-def test_a_worker_process_tunes_gc_before_it_runs(
-    monkeypatch: pytest.MonkeyPatch, gc_restored: None
+@pytest.mark.parametrize(("with_api", "with_worker"), [(False, True), (True, False), (True, True)])
+def test_a_relay_process_tunes_gc_before_it_runs(
+    monkeypatch: pytest.MonkeyPatch, gc_restored: None, with_api: bool, with_worker: bool
 ) -> None:
     gc.set_threshold(700, 10, 10)
-    seen = _run_as(monkeypatch, with_api=False, with_worker=True)
+    seen = _run_as(monkeypatch, with_api=with_api, with_worker=with_worker)
     assert seen["threshold"] == (relay.runner.GC_GEN0_THRESHOLD, 10, 10)
     assert seen["frozen"] > 0
-
-
-def test_the_api_process_keeps_the_default_gc(
-    monkeypatch: pytest.MonkeyPatch, gc_restored: None
-) -> None:
-    gc.set_threshold(700, 10, 10)
-    seen = _run_as(monkeypatch, with_api=True, with_worker=False)
-    assert seen["threshold"] == (700, 10, 10)
-    assert seen["frozen"] == 0
