@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import time
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from relay.domain.schema import endpoint_record
 from relay.queue.store import Store
-from tests.helpers import publish_event
+from tests.helpers import publish_event, waiting
 
 LONG_LEASE_MS = 60_000
 
@@ -29,16 +26,7 @@ def endpoint(url: str) -> dict[str, Any]:
     return endpoint_record(url=url)
 
 
-async def until(check: Callable[[], Any], within: float = 20.0) -> Any:
-    """Wait until ``check()`` (awaited if need be) is truthy; a deadline, not a timing assertion."""
-    deadline = time.monotonic() + within
-    while True:
-        got = check()
-        got = await got if inspect.isawaitable(got) else got
-        if got:
-            return got
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.01)
+until = partial(waiting.until, within=20.0)
 
 
 async def settled(store: Store, succeeded: int) -> bool:

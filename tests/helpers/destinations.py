@@ -15,7 +15,8 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from relay.domain.schema import EventIn, endpoint_record
 from relay.ops import metrics
 from relay.publishing import Publisher
 from relay.queue.store import Store
+from tests.helpers import waiting
 from tests.helpers.api import call
 from tests.helpers.brokers import PASSWORD, Got, Kit, unused_port
 
@@ -57,15 +59,7 @@ async def running_worker(store: Store) -> AsyncIterator[Worker]:
         await asyncio.wait_for(task, 30)
 
 
-async def until(check: Callable[[], Awaitable[Any]], within: float = 60.0) -> Any:
-    """Poll until ``check()`` is truthy (a deadline against a hang, not a timing check)."""
-    deadline = time.monotonic() + within
-    while True:
-        got = await check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.05)
+until = partial(waiting.until, within=60.0, every=0.05)
 
 
 async def add(store: Store, url: str, **fields: Any) -> dict[str, Any]:

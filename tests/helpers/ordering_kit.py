@@ -26,6 +26,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from aiohttp import web
 from relay.publishing import Publisher
 from relay.queue.store import Outcome, Store
 from relay.redisproc import free_port
+from tests.helpers import waiting
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -215,12 +217,7 @@ async def stop_workers(procs: list[asyncio.subprocess.Process]) -> list[int | No
                 await p.wait()
 
 
-async def until(check: Callable[[], Awaitable[bool]], within: float = 120.0) -> None:
-    """Poll ``check`` until it holds (a deadline against a hang, not a timing assertion)."""
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
+until = partial(waiting.until, within=120.0, every=0.05)
 
 
 async def settled(store: Store) -> bool:

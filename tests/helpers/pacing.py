@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import orjson
@@ -12,7 +11,7 @@ import orjson
 from relay.delivery.worker import Worker
 from relay.domain.schema import endpoint_record
 from relay.queue.store import Store
-from tests.helpers import publish_event
+from tests.helpers import publish_event, waiting
 
 
 async def add_endpoint(store: Store, url: str, **extra: Any) -> dict[str, Any]:
@@ -32,15 +31,7 @@ async def publish(store: Store, endpoint_id: str, payload: Any = None, shard: in
     return delivery_id
 
 
-async def until(check: Callable[[], Awaitable[Any]], within: float = 15.0) -> Any:
-    """Wait until ``await check()`` is truthy (a deadline against hangs, not an assertion)."""
-    deadline = time.monotonic() + within
-    while True:
-        got = await check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.02)
+until = partial(waiting.until, within=15.0, every=0.02)
 
 
 async def deliver_one(store: Any, receiver: Any, endpoint_id: str) -> Any:

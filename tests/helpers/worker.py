@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -13,6 +9,7 @@ import orjson
 from relay.domain.schema import endpoint_record
 from relay.queue.store import Store
 from tests.helpers import publish_event
+from tests.helpers.waiting import until  # noqa: F401  (imported from here by tests)
 
 
 async def add_endpoint(store: Store, url: str, **extra: Any) -> dict[str, Any]:
@@ -26,16 +23,3 @@ async def publish(store: Store, *endpoint_ids: str, payload: Any = None) -> tupl
     body = orjson.dumps(payload or {"n": 1})
     event_id, dlv, _ = await publish_event(store, list(endpoint_ids), payload=body)
     return event_id, dlv
-
-
-async def until(check: Callable[[], Any], within: float = 10.0) -> Any:
-    """Wait until ``check()`` (awaited if need be) is truthy; a deadline, not a timing
-    assertion."""
-    deadline = time.monotonic() + within
-    while True:
-        got = check()
-        got = await got if inspect.isawaitable(got) else got
-        if got:
-            return got
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.01)

@@ -135,7 +135,7 @@ async def test_slot_moved_while_deliveries_flow(
         (held,) = hold.items
         assert await publisher.release(sk, [(held.id, held.token)]) == [1]
         await producer
-        await until(lambda: len(set(_delivered(receiver)) & set(published)) >= total, 40)
+        await until(lambda: len(set(_delivered(receiver)) & set(published)) >= total, within=40)
         await until(lambda: settled(publisher, total), within=20)
     finally:
         stop.set()

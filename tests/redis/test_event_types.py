@@ -3,7 +3,7 @@ API's cache of compiled validators (invalidated across replicas over ``{cfg}:cha
 
 from __future__ import annotations
 
-import asyncio
+from functools import partial
 from typing import Any
 
 import orjson
@@ -12,6 +12,7 @@ import pytest
 from relay.api.common import ENDPOINT_CACHE, EVENT_TYPE_CACHE
 from relay.endpoints.catalog import EventTypeCache
 from relay.queue.store import Store
+from tests.helpers import waiting
 
 pytestmark = pytest.mark.realredis
 
@@ -40,12 +41,7 @@ async def publish(api: Any, payload: Any, want: int, type_: str = "order.paid", 
     )
 
 
-async def until(predicate: Any, within: float = 10.0) -> None:
-    async def loop() -> None:
-        while not predicate():  # noqa: ASYNC110  (watching the caches' private state)
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(loop(), within)
+until = partial(waiting.until, every=0.005)
 
 
 async def test_catalog_crud_and_schema_checked_when_written(make_store: Any, make_api: Any) -> None:

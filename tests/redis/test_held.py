@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import orjson
@@ -27,6 +28,7 @@ from relay.domain.schema import endpoint_record
 from relay.endpoints.health import Health
 from relay.ops.retention import Retention
 from relay.queue.store import Store
+from tests.helpers import waiting
 
 pytestmark = pytest.mark.realredis
 
@@ -45,12 +47,7 @@ async def running(store: Store) -> AsyncIterator[Worker]:
         await task
 
 
-async def until(check: Callable[[], Awaitable[Any]], within: float = 15.0) -> Any:
-    deadline = time.monotonic() + within
-    while not (got := await check()):
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.02)
-    return got
+until = partial(waiting.until, within=15.0, every=0.02)
 
 
 async def add_endpoint(store: Store, url: str, **extra: Any) -> dict[str, Any]:

@@ -36,6 +36,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from standardwebhooks.webhooks import Webhook
 from relay.domain.schema import EventIn, endpoint_record
 from relay.publishing import Publisher
 from relay.queue.store import Store
+from tests.helpers import waiting
 
 pytestmark = pytest.mark.realredis
 
@@ -116,11 +118,7 @@ def of(events: list[dict[str, Any]], kind: str, endpoint_id: str) -> list[dict[s
     return [e for e in events if e["type"] == kind and e["data"]["endpoint_id"] == endpoint_id]
 
 
-async def until(check: Any, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.05)
+until = partial(waiting.until, within=30.0, every=0.05)
 
 
 async def quiet(store: Store) -> bool:

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from relay.ops import metrics
 from relay.queue.store import Store, connect
 from relay.redisproc import RedisServer
 from relay.settings import Settings, SettingsError
-from tests.helpers import Receiver, event_ids, make_settings
+from tests.helpers import Receiver, event_ids, make_settings, waiting
 from tests.helpers.hostile import SLOW_FILTER, regex_filter
 
 
@@ -118,14 +119,7 @@ async def event_rows(store: Store) -> collections.Counter[str]:
     return seen
 
 
-async def until(check: Any, within: float = 15.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        got = await check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.01)
+until = partial(waiting.until, within=15.0)
 
 
 @asynccontextmanager
