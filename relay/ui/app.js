@@ -141,7 +141,10 @@ function setView(view, param) {
 function start() {
   $("signin").hidden = true;
   $("app").hidden = false;
+  // The form is hidden: the token leaves it, and so does the keyboard's focus, which
+  // would otherwise stay in the hidden field and take the next keys ("/" included).
   $("token").value = "";
+  $("token").blur();
   setView(...route(window.location.hash || "")); // loads the data
   schedule();
 }

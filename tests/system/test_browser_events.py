@@ -43,6 +43,30 @@ async def sign_in(page: Any, url: str) -> None:
     await page.keyboard.press("Enter")
 
 
+async def test_signing_in_leaves_the_keyboard_to_the_dashboard(
+    make_store: Any, make_api: Any, cdp: str
+) -> None:
+    """Once signed in, the hidden sign-in field keeps neither the token nor the focus: the
+    next key ("/" to search) goes to the dashboard. Read as the dashboard appears, before
+    the browser's next rendering (which fixes the focus up itself, later)."""
+    api = await make_api(await make_store())
+    async with context(cdp) as ctx:
+        page = await ctx.new_page()
+        await page.goto(api.url + "/ui/")
+        await page.fill("#token", "test-token")
+        focused = await page.evaluate(
+            """() => new Promise((resolve) => {
+                const app = document.getElementById("app");
+                new MutationObserver(() => {
+                    if (!app.hidden) resolve(document.activeElement.id || "(none)");
+                }).observe(app, { attributes: true });
+                document.getElementById("signin-form").requestSubmit();
+            })"""
+        )
+        assert focused == "(none)"
+        assert await page.input_value("#token") == ""
+
+
 async def test_operator_finds_reads_fixes_and_replays(
     make_store: Any, make_api: Any, receiver: Any, cdp: str
 ) -> None:
