@@ -25,18 +25,15 @@ answered then is lost with it. ``--lag 0`` kills with the link intact.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 from crash import PREFIX, Config, Round
-from crash_failover import FailoverRound, _credentials
+from crash_failover import FailoverRound
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncCluster
 
@@ -180,26 +177,7 @@ class ClusterFailoverRound(FailoverRound):
     async def _cut_link(self, master: int, replica: int) -> list[Any]:
         """Open the window of the module docstring on ``master``; the replica cut off, for
         :meth:`FailoverRound._restore`, which closes it."""
-        if self.lag <= 0:
-            return []
-        for w in self.workers():  # stopped first, as in FailoverRound._cut_replication
-            if w.popen.poll() is None:
-                os.kill(w.popen.pid, signal.SIGSTOP)
-        cut = [aioredis.Redis(host=HOST, port=replica)]
-        try:
-            await _credentials(cut[0], "relay-crash-cut")
-            primary = aioredis.Redis(host=HOST, port=master)
-            try:
-                await primary.execute_command("CLIENT", "KILL", "TYPE", "replica")
-            finally:
-                await primary.aclose()
-        except BaseException:
-            self._cut_from = len(self.st.acked)
-            await self._restore(cut)
-            raise
-        self._cut_from = len(self.st.acked)
-        await asyncio.sleep(self.lag)
-        return cut
+        return await self._cut(master, [replica]) if self.lag > 0 else []
 
     async def _drain(self, client: Any) -> bool:
         while len(self.st.outages) < self.kills_wanted and not self._killer.done():  # noqa: ASYNC110 (polled state)

@@ -80,6 +80,7 @@ sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 from crash import Config, Round  # noqa: E402
 from crash_report import print_table  # noqa: E402
 
+from relay.redisproc import HOST  # noqa: E402
 from relay.settings import Settings  # noqa: E402
 from tests.helpers.sentinel import SentinelTopology  # noqa: E402
 
@@ -169,6 +170,14 @@ class FailoverRound(Round):
         them to :meth:`_restore`)."""
         if self.lag <= 0:
             return []
+        port = self.topo.primary_port()
+        assert port is not None
+        replicas = [n.port for n in self.topo.nodes if n.port not in (None, port)]
+        return await self._cut(port, replicas)
+
+    async def _cut(self, primary_port: int, replica_ports: list[Any]) -> list[Any]:
+        """Cut the replicas on ``replica_ports`` off the primary on ``primary_port`` for
+        ``lag`` seconds; returns them, for :meth:`_restore`."""
         # The workers stop first: stopped after the cut, they ran a few ms inside the
         # window and could claim (and, once continued, send) an event that exists only
         # on the primary and whose publish was never acknowledged (received_unacknowledged
@@ -176,14 +185,11 @@ class FailoverRound(Round):
         for w in self.workers():
             if w.popen.poll() is None:
                 os.kill(w.popen.pid, signal.SIGSTOP)
-        port = self.topo.primary_port()
-        replicas = [
-            aioredis.Redis(port=n.port) for n in self.topo.nodes if n.port not in (None, port)
-        ]
+        replicas = [aioredis.Redis(host=HOST, port=p) for p in replica_ports]
         try:
             for r in replicas:  # a user the primary does not know: every resync is refused
                 await _credentials(r, "relay-crash-cut")
-            primary = self._primary()
+            primary = aioredis.Redis(host=HOST, port=primary_port)
             try:
                 await primary.execute_command("CLIENT", "KILL", "TYPE", "replica")
             finally:
