@@ -5,6 +5,7 @@ Pipelined per shard; never a scan. Key names come from :mod:`relay.queue.keys`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Sequence
 from typing import Any
@@ -165,21 +166,23 @@ class Reads(StoreBase):
 
     async def get_events(self, event_ids: Sequence[str]) -> list[dict[str, Any] | None]:
         """Several events as :meth:`get_event` reads them (None for one unknown or
-        gone), in order: one round trip per shard."""
-        by_shard: dict[int, list[str]] = {}
+        gone), in order: one ``MGET`` per shard (its events share one slot), the shards
+        at once."""
+        by_shard: dict[ShardKeys, list[str]] = {}
         for e in dict.fromkeys(event_ids):
-            shard = ids.shard_of(e)
-            if shard is not None and shard < self.settings.shards:
-                by_shard.setdefault(shard, []).append(e)
-        found: dict[str, dict[str, Any] | None] = {}
-        for shard, wanted in by_shard.items():
-            sk = self.keys.shard(shard)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for e in wanted:
-                    pipe.get(sk.event(e))
-                raws = await pipe.execute()
-            for e, raw in zip(wanted, raws, strict=True):
-                found[e] = None if raw is None else eventrecord.view(e, raw)
+            sk = self.shard_keys_for(e)
+            if sk is not None:
+                by_shard.setdefault(sk, []).append(e)
+
+        async def read(sk: ShardKeys, wanted: list[str]) -> list[tuple[str, Any]]:
+            raws = await self.redis.mget([sk.event(e) for e in wanted])
+            return list(zip(wanted, raws, strict=True))
+
+        found = {
+            e: None if raw is None else eventrecord.view(e, raw)
+            for pairs in await asyncio.gather(*(read(sk, w) for sk, w in by_shard.items()))
+            for e, raw in pairs
+        }
         return [found.get(e) for e in event_ids]
 
     async def endpoint_known(self, endpoint_id: str) -> bool:
