@@ -54,15 +54,11 @@ class Published:
 def fingerprint(event: EventIn, deliver_at: int | None = None) -> str:
     """What "the same request body" means for an idempotency key (``deliver_at``: ms,
     the time asked for, past or not)."""
-    # EventIn's fields as model_dump gives them (validated JSON values: they dump as is)
-    fields: dict[str, Any] = {
-        "type": event.type,
-        "payload": event.payload,
-        "app": event.app,
-        "endpoint_ids": event.endpoint_ids,
-    }
-    if event.ordering_key is not None:  # absent: the same fingerprint as before lanes
-        fields["ordering_key"] = event.ordering_key
+    # EventIn's own fields (not a subclass's), read as they are: validated JSON values,
+    # which orjson dumps as model_dump would, without model_dump's deep copy
+    fields: dict[str, Any] = {name: getattr(event, name) for name in EventIn.model_fields}
+    if fields["ordering_key"] is None:  # absent: the same fingerprint as before lanes
+        del fields["ordering_key"]
     if deliver_at is not None:  # absent: the same fingerprint as before deliver_at
         fields["deliver_at"] = deliver_at
     return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()

@@ -235,9 +235,10 @@ class _Call:
             if not any(isinstance(r, NoScriptError) for r in replies):
                 break
             await self._reload()
-        for reply in () if each else replies:
-            if isinstance(reply, BaseException):
-                raise reply
+        if not each:
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
         return replies
 
     async def _undecoded(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
