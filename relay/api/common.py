@@ -71,11 +71,15 @@ def json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
-def validate(model: type[M], data: Any) -> M:
+def validate(model: type[M], data: Any, within: str = "") -> M:
+    """``data`` as ``model``, or a 422 naming each field refused (``within``: the part of
+    the request the data came from, before each field's name: ``query.limit``)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         text, details = refusal(exc)
+        if within:
+            details = [{**d, "field": f"{within}.{d['field']}"} for d in details]
         bad_filter = any(e["type"] == "filter_invalid" for e in exc.errors())
         code = "filter_invalid" if bad_filter else "validation_error"
         raise ApiError(422, code, text, details=details) from None
@@ -132,8 +136,8 @@ async def body(request: web.Request, model: type[M]) -> tuple[M, bytes]:
     return validate(model, data), raw
 
 
-def query(request: web.Request, model: type[M]) -> M:
-    return validate(model, dict(request.query))
+def query(request: web.Request, model: type[M], within: str = "") -> M:
+    return validate(model, dict(request.query), within)
 
 
 @dataclass

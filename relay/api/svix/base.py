@@ -201,11 +201,4 @@ def _again(kept: dict[str, Any], digest: str) -> web.Response:
 def query(request: web.Request, model: type[M]) -> M:
     """``request``'s query string as ``model``; a refusal names each field where Svix's
     422 does, under ``query``."""
-    try:
-        return common.query(request, model)
-    except ApiError as exc:
-        data = orjson.loads(exc.text or "{}")
-        for detail in data.get("details") or ():
-            detail["field"] = f"query.{detail['field']}"
-        extra = {k: v for k, v in data.items() if k not in ("error", "message")}
-        raise ApiError(exc.status, data["error"], data["message"], **extra) from None
+    return common.query(request, model, within="query")
