@@ -83,23 +83,23 @@ class InFlight:
         """Whether any request is open that is not slow: an answer is likely soon."""
         return len(self.flights) > self.slow + self.writing
 
-    def open_to(self, endpoint_id: str) -> int:
-        """Requests open to one endpoint (slow ones included, answered ones not)."""
-        return sum(
-            1
+    def _open(self, endpoint_id: str) -> Iterator[Flight]:
+        """The requests open to one endpoint (slow ones included, answered ones not)."""
+        return (
+            f
             for f in self.flights.values()
             if f.claim.endpoint_id == endpoint_id and not f.recording
         )
 
+    def open_to(self, endpoint_id: str) -> int:
+        """Requests open to one endpoint (slow ones included, answered ones not)."""
+        return sum(1 for _ in self._open(endpoint_id))
+
     def oldest_open_ms(self, endpoint_id: str, now: float) -> float:
         """How long the oldest request open to one endpoint has been open (``now``:
         time.monotonic()), 0 when none is."""
-        starts = [
-            f.started
-            for f in self.flights.values()
-            if f.claim.endpoint_id == endpoint_id and not f.recording
-        ]
-        return (now - min(starts)) * 1000 if starts else 0.0
+        started = min((f.started for f in self._open(endpoint_id)), default=now)
+        return (now - started) * 1000
 
     def add(
         self,
