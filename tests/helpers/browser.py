@@ -119,3 +119,11 @@ def watch(page: Any) -> dict[str, list[Any]]:
     page.on("console", lambda m: _console_error(seen["errors"], m))
     page.on("request", lambda r: seen["requests"].append((r.url, r.headers.get("referer"))))
     return seen
+
+
+async def sign_in(page: Any, url: str, at: str = "/ui/") -> None:
+    """Open the dashboard page ``at`` of the API on ``url`` and sign in with the tests'
+    operator token, by keyboard."""
+    await page.goto(url + at)
+    await page.fill("#token", "test-token")
+    await page.keyboard.press("Enter")

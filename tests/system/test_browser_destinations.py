@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from relay.domain.destinations import MASK
-from tests.helpers.browser import UI_TIMEOUT_MS, chromium
+from tests.helpers.browser import UI_TIMEOUT_MS, chromium, sign_in, watch
 
 pytestmark = pytest.mark.realredis
 
@@ -39,11 +39,8 @@ async def test_broker_endpoints_show_masked_credentials(make_store: Any, make_ap
     async with chromium() as browser:
         context = await browser.new_context(viewport={"width": 1366, "height": 768})
         page = await context.new_page()
-        errors: list[Any] = []
-        page.on("pageerror", lambda e: errors.append(e))
-        await page.goto(api.url + "/ui/")
-        await page.fill("#token", "test-token")
-        await page.click("#signin-form button[type=submit]")
+        seen = watch(page)
+        await sign_in(page, api.url)
         await page.click('.tabs a[data-view="endpoints"]')
         for ep in created:
             row = page.locator(f'#endpoints tr[data-id="{ep["id"]}"]')
@@ -56,5 +53,5 @@ async def test_broker_endpoints_show_masked_credentials(make_store: Any, make_ap
             await expect(page.locator("#ep-title")).to_have_text(ep["url"])
             content = await page.content()
             assert all(secret not in content for secret in SECRETS)
-        assert errors == []
+        assert seen["errors"] == []
         await context.close()

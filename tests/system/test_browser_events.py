@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from relay.delivery.worker import Worker
-from tests.helpers.browser import SHOTS, context, watch
+from tests.helpers.browser import SHOTS, context, sign_in, watch
 
 pytestmark = pytest.mark.realredis
 
@@ -35,12 +35,6 @@ class Clicks:
     async def __call__(self, step: str, locator: Any) -> None:
         self.per_step[step] += 1
         await locator.click()
-
-
-async def sign_in(page: Any, url: str) -> None:
-    await page.goto(url + "/ui/")
-    await page.fill("#token", "test-token")
-    await page.keyboard.press("Enter")
 
 
 async def test_signing_in_leaves_the_keyboard_to_the_dashboard(
