@@ -8,7 +8,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 import uuid
@@ -24,7 +23,7 @@ from relay.queue.store import Store, connect
 from relay.redisproc import RedisCluster
 from relay.redisslots import SlotControl
 from relay.settings import Settings
-from tests.helpers.ordering_kit import LaneReceiver, lane_problems, start_workers
+from tests.helpers.ordering_kit import LaneReceiver, lane_problems, start_workers, stop_workers
 
 SHARDS = 12
 LUA = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
@@ -166,15 +165,7 @@ async def drain(
         await asyncio.sleep(0.3)  # late duplicates, if any, would land now
         return after
     finally:
-        for p in procs:
-            if p.returncode is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                await asyncio.wait_for(p.wait(), 30)
-            except TimeoutError:
-                p.kill()
-                await p.wait()
+        await stop_workers(procs)
 
 
 def problems(rec: LaneReceiver, expected: dict[str, list[int]]) -> list[str]:
