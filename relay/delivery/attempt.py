@@ -225,6 +225,7 @@ class Attempter:
             delivery_id=c.id,
             attempt=c.attempts,
             body=c.body,
+            event_type=c.event_type,
             trace_headers=trace_headers,
             deadline=deadline,
             body_cap=self.settings.response_body_cap,

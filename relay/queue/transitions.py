@@ -185,7 +185,15 @@ class Transitions(StoreBase):
             trace = header.get("tp", "")
             items.append(
                 Claimed(
-                    delivery_id, token, int(attempts), budget, event_id, endpoint_id, body, trace
+                    delivery_id,
+                    token,
+                    int(attempts),
+                    budget,
+                    event_id,
+                    endpoint_id,
+                    body,
+                    trace,
+                    header["type"],
                 )
             )
         if missing:

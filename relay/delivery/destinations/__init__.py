@@ -104,12 +104,15 @@ class Destinations:
         delivery_id: str,
         attempt: int,
         body: bytes,
+        event_type: str = "",
         trace_headers: dict[str, str] | None = None,
         deadline: sender.Deadline | None = None,
         body_cap: int = sender.BODY_CAP,
     ) -> sender.Response:
-        """One attempt to the endpoint's destination, whatever its kind; ``body_cap``:
-        bytes of an HTTP answer's body kept (``RELAY_RESPONSE_BODY_CAP``)."""
+        """One attempt to the endpoint's destination, whatever its kind; ``event_type``:
+        the event's type when the caller knows it (else a broker kind reads it from the
+        body); ``body_cap``: bytes of an HTTP answer's body kept
+        (``RELAY_RESPONSE_BODY_CAP``)."""
         url = endpoint["url"]
         if destinations.kind_of(url) == "http":
             assert self.session is not None
@@ -124,7 +127,7 @@ class Destinations:
                 deadline=deadline,
                 body_cap=body_cap,
             )
-        return await self.publish(endpoint, event_id, body, deadline)
+        return await self.publish(endpoint, event_id, body, deadline, event_type)
 
     async def publish(
         self,
@@ -132,13 +135,15 @@ class Destinations:
         event_id: str,
         body: bytes,
         deadline: sender.Deadline | None = None,
+        type_: str = "",
     ) -> sender.Response:
-        """One signed message to the endpoint's broker."""
+        """One signed message to the endpoint's broker; ``type_``: the event's type, read
+        from the body when not given."""
         url = endpoint["url"]
         now = time.time()
         message = Message(
             event_id=event_id,
-            event_type=event_type(body),
+            event_type=type_ or event_type(body),
             body=body,
             timestamp=str(int(now)),
             signature=sender.signature(endpoint, now, event_id, body),
