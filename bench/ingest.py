@@ -14,9 +14,12 @@ Modes, run in turn ``--rounds`` times for ``--seconds`` each, the median round r
 * ``single``: ``POST /v1/events``, ``Idempotency-Key`` header;
 * ``batch``: ``POST /v1/events/batch`` of ``--batch`` events, ``idempotency_key`` each.
 
-It prints events/s, the API process's CPU share and CPU microseconds per event, and the
-ratios single / limit (goal >= 0.5) and batch / single (goal >= 5), and writes
-``bench/results/ingest.json``. Part of ``make bench``, not of ``make test``.
+It prints events/s, the API process's CPU share and CPU microseconds per event, the Redis
+server's CPU microseconds per event, the ratios single / limit (goal >= 0.5) and batch /
+single (goal >= 5), and what the two goals together ask of the batch path (at least 2.5x
+the limit) against the ceiling Redis's one thread puts on it and the cores the API and
+Redis would need at that rate; and writes ``bench/results/ingest.json``. Part of
+``make bench``, not of ``make test``.
 
     python bench/ingest.py [--seconds 6] [--rounds 3] [--concurrency 32] [--batch 100]
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -200,23 +204,48 @@ def post_json(port: int, path: str, doc: Any) -> Any:
         return orjson.loads(resp.read())
 
 
-def run_mode(mode: str, port: int, server_pid: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One run of ``mode`` in a load generator process of its own."""
+def run_mode(
+    mode: str, port: int, server_pid: int, args: argparse.Namespace, redis_pid: int | None = None
+) -> dict[str, Any]:
+    """One run of ``mode`` in a load generator process of its own; with ``redis_pid``, the
+    Redis server's CPU per event too."""
     concurrency = args.batch_concurrency if mode == "batch" else args.concurrency
     argv = [sys.executable, __file__, "--generate", mode, "--port", str(port)]
     argv += ["--seconds", str(args.seconds), "--concurrency", str(concurrency)]
     argv += ["--batch", str(args.batch)]
     cpu0 = proc_cpu(server_pid)
+    redis0 = proc_cpu(redis_pid) if redis_pid else 0.0
     out = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT)
     cpu = proc_cpu(server_pid) - cpu0  # over warm-up and measure: the share, not per event
+    redis_cpu = proc_cpu(redis_pid) - redis0 if redis_pid else 0.0
     got = json.loads(out.stdout.strip().splitlines()[-1])
     rate = got["events"] / got["wall"]
     share = cpu / (got["wall"] + 1.0)
-    return {
+    done = {
         "events_per_s": round(rate),
         "requests_per_s": round(got["requests"] / got["wall"]),
         "server_cpu_share": round(share, 3),
         "server_cpu_us_per_event": round(share * 1e6 / rate, 1) if rate else None,
+    }
+    if redis_pid and rate:
+        done["redis_cpu_us_per_event"] = round(redis_cpu / (got["wall"] + 1.0) * 1e6 / rate, 1)
+    return done
+
+
+def ceiling(result: dict[str, Any]) -> dict[str, Any]:
+    """What the two goals together ask of the batch path, against what it costs: single
+    >= 0.5 x limit and batch >= 5 x single put batch at 2.5 x the limit or more. Redis
+    runs one thread, so its CPU per event caps the rate at one core's worth; and the API,
+    Redis and the load generator share the machine's cores."""
+    batch = result["batch"]
+    needed = 2.5 * result["limit"]["events_per_s"]
+    redis_us = batch.get("redis_cpu_us_per_event") or 0.0
+    cost_us = redis_us + batch["server_cpu_us_per_event"]
+    return {
+        "batch_needed_per_s": round(needed),
+        "redis_caps_batch_at_per_s": round(1e6 / redis_us) if redis_us else None,
+        "cores_needed_by_api_and_redis": round(needed * cost_us / 1e6, 2),
+        "cores": os.cpu_count(),
     }
 
 
@@ -244,8 +273,10 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         rounds: dict[str, list[dict[str, Any]]] = {m: [] for m in PATHS}
         for _ in range(args.rounds):
             for mode in PATHS:
-                port, pid = (limit_port, limit.pid) if mode == "limit" else (api_port, api.pid)
-                rounds[mode].append(run_mode(mode, port, pid, args))
+                if mode == "limit":
+                    rounds[mode].append(run_mode(mode, limit_port, limit.pid, args))
+                else:
+                    rounds[mode].append(run_mode(mode, api_port, api.pid, args, srv.pid))
         out: dict[str, Any] = {
             "machine": machine(),
             "config": {
@@ -260,6 +291,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         single, batch = out["single"]["events_per_s"], out["batch"]["events_per_s"]
         out["single_vs_limit"] = round(single / out["limit"]["events_per_s"], 2)
         out["batch_vs_single"] = round(batch / single, 2)
+        out["ceiling"] = ceiling(out)
         return out
     finally:
         procs.close()
@@ -273,8 +305,8 @@ def table(result: dict[str, Any]) -> str:
     ]
     lines = [
         f"{'ingest, one API process':44}  {'events/s':>9}  {'rounds':>23}  {'vs limit':>8}"
-        f"  {'API CPU':>7}  {'CPU us/event':>12}",
-        f"{'-' * 44}  {'-' * 9}  {'-' * 23}  {'-' * 8}  {'-' * 7}  {'-' * 12}",
+        f"  {'API CPU':>7}  {'CPU us/event':>12}  {'Redis us/event':>14}",
+        f"{'-' * 44}  {'-' * 9}  {'-' * 23}  {'-' * 8}  {'-' * 7}  {'-' * 12}  {'-' * 14}",
     ]
     for label, mode, ratio in rows:
         r = result[mode]
@@ -284,10 +316,17 @@ def table(result: dict[str, Any]) -> str:
         lines.append(
             f"{label:44}  {r['events_per_s']:>9,}  {spread:>23}  {ratio:>8}"
             f"  {r['server_cpu_share']:>7.2f}  {r['server_cpu_us_per_event']:>12,.1f}"
+            f"  {r.get('redis_cpu_us_per_event', '-'):>14}"
         )
     lines.append(
         f"single / limit {result['single_vs_limit']:.2f}x (goal >= 0.5x); "
         f"batch / single {result['batch_vs_single']:.2f}x (goal >= 5x)"
+    )
+    c = result["ceiling"]
+    lines.append(
+        f"both goals put batch at >= 2.5x the limit, {c['batch_needed_per_s']:,} events/s: "
+        f"Redis (one thread) caps it at {c['redis_caps_batch_at_per_s'] or 0:,}, and the API "
+        f"and Redis would need {c['cores_needed_by_api_and_redis']} of the {c['cores']} cores"
     )
     return "\n".join(lines)
 
