@@ -9,8 +9,10 @@ flight as a worker's ``RELAY_WORKER_CONCURRENCY``; then ``--events`` events are
 published to relay and one in-process worker drains them. Each run also checks what
 arrived: every event exactly once, every signature accepted by the Standard Webhooks
 verifier. Each kind runs ``--rounds`` rounds, the baseline and relay in turn, into fresh
-destinations; the medians are compared. Prints the ratio per kind (goal: 0.5 or more)
-and writes ``bench/results/destinations.json``. Part of ``make bench``, not of
+destinations; the medians are compared. Prints the ratio per kind (goal: 0.5 or more),
+and beside it the process's CPU per message, direct and through relay (the median
+round's; what a busy machine disturbs least), and writes
+``bench/results/destinations.json``. Part of ``make bench``, not of
 ``make test``.
 
     python bench/destinations.py [--events 10000] [--rounds 3] [--kinds redis,nats,amqp]
@@ -52,8 +54,9 @@ KITS = {"redis": RedisKit, "nats": NatsKit, "amqp": RabbitKit}
 CONCURRENCY = 64
 
 
-async def direct(kit: Any, dest: str, events: int) -> float:
-    """Messages/s through the kind's publisher alone, ``CONCURRENCY`` in flight."""
+async def direct(kit: Any, dest: str, events: int) -> tuple[float, float]:
+    """Messages/s through the kind's publisher alone, ``CONCURRENCY`` in flight, and the
+    process's CPU seconds per message."""
     await kit.prepare(dest)
     target = destinations.parse(kit.url(dest))
     publisher = await connector(target.kind)(target, "127.0.0.1", 10.0)
@@ -80,18 +83,20 @@ async def direct(kit: Any, dest: str, events: int) -> float:
                 )
             )
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     try:
         await asyncio.gather(*(one_sender() for _ in range(CONCURRENCY)))
     finally:
         await publisher.close()
     rate = events / (time.perf_counter() - started)
+    used = (time.process_time() - cpu) / events
     assert await kit.count(dest) == events
-    return rate
+    return rate, used
 
 
-async def through_relay(kit: Any, dest: str, events: int, redis_url: str) -> float:
-    """Deliveries/s of one worker draining ``events`` published events into ``dest``."""
+async def through_relay(kit: Any, dest: str, events: int, redis_url: str) -> tuple[float, float]:
+    """Deliveries/s of one worker draining ``events`` published events into ``dest``, and
+    the process's CPU seconds per delivery."""
     await kit.prepare(dest)
     settings = Settings(
         redis_url=redis_url,
@@ -107,17 +112,18 @@ async def through_relay(kit: Any, dest: str, events: int, redis_url: str) -> flo
         published = await publish(store, events)
         stop = asyncio.Event()
         worker = Worker(store, settings)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         task = asyncio.create_task(worker.run(stop))
         # polled every 50 ms: the observer's own reads stay out of the worker's measured time
         await until(lambda: store_done(store, events), within=600, every=0.05)
         rate = events / (time.perf_counter() - started)
+        used = (time.process_time() - cpu) / events
         stop.set()
         await task
         got = verified(endpoint, await kit.messages(dest))  # the verifier accepts each
         counts = Counter(b["id"] for b in got)
         assert counts == Counter(published), "not every event arrived exactly once"
-        return rate
+        return rate, used
     finally:
         await store.close()
 
@@ -127,14 +133,20 @@ async def measure(kit: Any, kind: str, events: int, rounds: int, redis_url: str)
     for n in range(rounds):
         raws.append(await direct(kit, f"raw{kind}{n}", events))
         relays.append(await through_relay(kit, f"relay{kind}{n}", events, redis_url))
-    raw, relay = statistics.median(raws), statistics.median(relays)
+    raw, relay = statistics.median(r for r, _ in raws), statistics.median(r for r, _ in relays)
+    raw_cpu = statistics.median(c for _, c in raws)
+    relay_cpu = statistics.median(c for _, c in relays)
     return {
         "direct_per_s": round(raw),
         "relay_per_s": round(relay),
         "ratio": round(relay / raw, 3),
         "events": events,
-        "direct_rounds": [round(r) for r in raws],
-        "relay_rounds": [round(r) for r in relays],
+        "direct_rounds": [round(r) for r, _ in raws],
+        "relay_rounds": [round(r) for r, _ in relays],
+        # the process's CPU per message: what a busy machine disturbs least
+        "direct_cpu_us": round(raw_cpu * 1e6, 1),
+        "relay_cpu_us": round(relay_cpu * 1e6, 1),
+        "cpu_ratio": round(raw_cpu / relay_cpu, 3),
     }
 
 
@@ -166,10 +178,14 @@ def main() -> int:
         for kind in args.kinds.split(","):
             results[kind] = run_kind(kind, args.events, args.rounds, url)
     print(f"{args.events} events a round, median of {args.rounds} rounds (each round's rate)")
-    print(f"{'kind':<6} {'direct/s':>10} {'relay/s':>10} {'ratio':>7}  (goal >= 0.5)")
+    print(
+        f"{'kind':<6} {'direct/s':>10} {'relay/s':>10} {'ratio':>7}  (goal >= 0.5)"
+        f"  {'CPU us/msg direct':>17} {'relay':>7} {'ratio':>6}"
+    )
     for kind, r in results.items():
         print(
             f"{kind:<6} {r['direct_per_s']:>10} {r['relay_per_s']:>10} {r['ratio']:>7}"
+            f"  {'':12}  {r['direct_cpu_us']:>17} {r['relay_cpu_us']:>7} {r['cpu_ratio']:>6}"
             f"  direct {r['direct_rounds']} relay {r['relay_rounds']}"
         )
     RESULTS.parent.mkdir(exist_ok=True)
