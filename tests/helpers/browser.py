@@ -121,9 +121,12 @@ def watch(page: Any) -> dict[str, list[Any]]:
     return seen
 
 
-async def sign_in(page: Any, url: str, at: str = "/ui/") -> None:
+async def sign_in(page: Any, url: str, at: str = "/ui/", *, click: bool = False) -> None:
     """Open the dashboard page ``at`` of the API on ``url`` and sign in with the tests'
-    operator token, by keyboard."""
+    operator token, by keyboard (``click``: with the mouse, on the form's button)."""
     await page.goto(url + at)
     await page.fill("#token", "test-token")
-    await page.keyboard.press("Enter")
+    if click:
+        await page.click("#signin-form button[type=submit]")
+    else:
+        await page.keyboard.press("Enter")

@@ -15,7 +15,7 @@ from relay.delivery.worker import Worker
 from relay.domain import ids
 from relay.ops.archiving import Mover
 from tests.helpers.archive import archive_overrides, tables_of
-from tests.helpers.browser import context, watch
+from tests.helpers.browser import context, sign_in, watch
 
 pytestmark = pytest.mark.realredis
 
@@ -53,9 +53,7 @@ async def test_search_a_payload_field_of_archived_events(
         async with context(cdp, viewport={"width": 1366, "height": 900}) as ctx:
             page = await ctx.new_page()
             seen = watch(page)
-            await page.goto(api.url + "/ui/")
-            await page.fill("#token", "test-token")
-            await page.keyboard.press("Enter")
+            await sign_in(page, api.url)
             await expect(page.locator("#app")).to_be_visible()
 
             await page.click('.tabs a[data-view="events"]')

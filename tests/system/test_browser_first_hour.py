@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.browser import UI_TIMEOUT_MS, chromium
+from tests.helpers.browser import UI_TIMEOUT_MS, chromium, sign_in
 from tests.helpers.cli import finish
 
 pytestmark = pytest.mark.realredis
@@ -58,9 +58,7 @@ async def test_no_card_text_is_cut(make_store: Any, make_api: Any, width: int) -
         context = await browser.new_context(viewport={"width": width, "height": 800})
         page = await context.new_page()
         page.set_default_timeout(UI_TIMEOUT_MS)
-        await page.goto(api.url + "/ui/")
-        await page.fill("#token", "test-token")
-        await page.click("#signin-form button[type=submit]")
+        await sign_in(page, api.url, click=True)
         pending = page.locator('.card[data-key="pending"] .sub')
         await expect(pending).to_contain_text("3 queued in lanes")
         cut = [t for t in await page.evaluate(CARD_TEXT) if t["scroll"] > t["client"]]
@@ -131,9 +129,7 @@ async def test_dashboard_endpoint_row_is_as_tall_as_its_text(
         context = await browser.new_context(viewport={"width": 1366, "height": 800})
         page = await context.new_page()
         page.set_default_timeout(UI_TIMEOUT_MS)
-        await page.goto(api.url + "/ui/")
-        await page.fill("#token", "test-token")
-        await page.click("#signin-form button[type=submit]")
+        await sign_in(page, api.url, click=True)
         await page.click('.tabs a[data-view="endpoints"]')
         rows = page.locator("#endpoints tbody tr")
         await expect(rows.locator(".rate, .muted")).to_have_count(1)  # its health read too

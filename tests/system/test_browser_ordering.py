@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.browser import UI_TIMEOUT_MS, chromium
+from tests.helpers.browser import UI_TIMEOUT_MS, chromium, sign_in
 from tests.helpers.ordering_kit import dead_head
 
 pytestmark = pytest.mark.realredis
@@ -35,9 +35,7 @@ async def test_dashboard_shows_and_discards_a_blocked_head(make_store: Any, make
     await dead_head(store)
     async with chromium() as browser:
         page = await browser.new_page(viewport={"width": 1366, "height": 768})
-        await page.goto(api.url + "/ui/")
-        await page.fill("#token", "test-token")
-        await page.click("#signin-form button[type=submit]")
+        await sign_in(page, api.url, click=True)
         await expect(page.locator('.card[data-key="dead"]')).to_contain_text(
             "1 ordered lane blocked"
         )

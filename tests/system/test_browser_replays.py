@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.browser import UI_TIMEOUT_MS, chromium
+from tests.helpers.browser import UI_TIMEOUT_MS, chromium, sign_in
 from tests.helpers.replays import DAY, endpoint, seed
 
 pytestmark = pytest.mark.realredis
@@ -33,9 +33,7 @@ async def test_filter_shown_and_replay_a_range(make_store: Any, make_api: Any) -
         errors: list[Any] = []
         page.on("pageerror", lambda e: errors.append(e))
         page.set_default_timeout(UI_TIMEOUT_MS)
-        await page.goto(api.url + "/ui/")
-        await page.fill("#token", "test-token")
-        await page.click("#signin-form button[type=submit]")
+        await sign_in(page, api.url, click=True)
         await page.click('.tabs a[data-view="endpoints"]')
         cell = page.locator('[data-col="filter"]')
         await expect(cell).to_have_text(f"filter: {text}")  # as text: no element made

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from relay.domain import signing
-from tests.helpers.browser import UI_TIMEOUT_MS, chromium
+from tests.helpers.browser import UI_TIMEOUT_MS, chromium, sign_in
 
 pytestmark = pytest.mark.realredis
 
@@ -32,9 +32,7 @@ async def test_the_dashboard_shows_a_scheduled_delivery(make_store: Any, make_ap
         page = await browser.new_page(viewport={"width": 1366, "height": 768})
         errors: list[Any] = []
         page.on("pageerror", lambda e: errors.append(e))
-        await page.goto(api.url + "/ui/")
-        await page.fill("#token", "test-token")
-        await page.click("#signin-form button[type=submit]")
+        await sign_in(page, api.url, click=True)
         await expect(page.locator("#app")).to_be_visible()
 
         await expect(page.locator('.card[data-key="scheduled"] .value')).to_have_text("1")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.browser import SHOTS, UI_TIMEOUT_MS, XSS, chromium
+from tests.helpers.browser import SHOTS, UI_TIMEOUT_MS, XSS, chromium, sign_in
 
 pytestmark = pytest.mark.realredis
 
@@ -44,9 +44,7 @@ async def test_event_types_view_shows_the_catalog(make_store: Any, make_api: Any
         page = await context.new_page()
         errors: list[Any] = []
         page.on("pageerror", lambda e: errors.append(e))
-        await page.goto(api.url + "/ui/#/types")
-        await page.fill("#token", "test-token")
-        await page.click("#signin-form button[type=submit]")
+        await sign_in(page, api.url, "/ui/#/types", click=True)
         await expect(page.locator("#view-types")).to_be_visible()
         rows = page.locator("#types tbody tr")
         await expect(rows).to_have_count(3)

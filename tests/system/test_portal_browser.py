@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from relay.delivery.worker import Worker
-from tests.helpers.browser import SHOTS, context, watch
+from tests.helpers.browser import SHOTS, context, sign_in, watch
 
 pytestmark = pytest.mark.realredis
 
@@ -308,9 +308,7 @@ async def test_dashboard_creates_edits_disables_rotates_deletes(
     async with context(cdp, viewport={"width": 1366, "height": 800}) as ctx:
         page = await ctx.new_page()
         seen = watch(page)
-        await page.goto(api.url + "/ui/#/endpoints")
-        await page.fill("#token", "test-token")
-        await page.click("#signin-form button[type=submit]")
+        await sign_in(page, api.url, "/ui/#/endpoints", click=True)
         await page.click("#ep-new")
         await fill(page, "URL", "http://127.0.0.1:9/dash")
         await fill(page, "App", "acme")
