@@ -185,6 +185,19 @@ class Reads(StoreBase):
         }
         return [found.get(e) for e in event_ids]
 
+    async def get_headers(self, event_ids: Sequence[str]) -> list[dict[str, Any] | None]:
+        """Several events' stored headers (None for one unknown or gone), in order, without
+        their payloads: a ranged read of each event's first bytes, the shards at once."""
+        by_shard: dict[ShardKeys, list[str]] = {}
+        for e in dict.fromkeys(event_ids):
+            sk = self.shard_keys_for(e)
+            if sk is not None:
+                by_shard.setdefault(sk, []).append(e)
+        found: dict[str, dict[str, Any] | None] = {}
+        for got in await asyncio.gather(*(self._headers(sk, w) for sk, w in by_shard.items())):
+            found |= got
+        return [found.get(e) for e in event_ids]
+
     async def endpoint_known(self, endpoint_id: str) -> bool:
         """Whether the endpoint exists, or once did and still has deliveries indexed
         (a deleted endpoint's dead letters stay listable and replayable)."""

@@ -260,8 +260,17 @@ async def walk(
 async def messages_of(
     request: web.Request, rows: list[dict[str, Any]], with_content: bool
 ) -> list[dict[str, Any]]:
-    """Each row's event as a message (its payload read only ``with_content``)."""
-    events = await request.app[STORE].get_events([r["event_id"] for r in rows])
+    """Each row's event as a message (its payload read only ``with_content``; else only
+    the events' headers, for their keys)."""
+    wanted = [r["event_id"] for r in rows]
+    store = request.app[STORE]
+    if with_content:
+        events = await store.get_events(wanted)
+    else:
+        events = [
+            None if h is None else ({"idempotency_key": h["ik"]} if "ik" in h else {})
+            for h in await store.get_headers(wanted)
+        ]
     out = []
     for r, event in zip(rows, events, strict=True):
         payload = event["payload"] if event is not None and with_content else {}

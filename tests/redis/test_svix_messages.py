@@ -1,0 +1,46 @@
+"""Listing messages through the Svix-compatible API, with and without their content."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.helpers import Receiver
+
+pytestmark = pytest.mark.realredis
+
+A = "/api/v1/app"
+
+
+async def call(api: Any, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+    async with api.session.request(method, api.url + path, **kw) as r:
+        return r.status, await r.json()
+
+
+async def test_a_list_without_content_keeps_each_messages_event_id(
+    make_store: Any, make_api: Any, receiver: Receiver
+) -> None:
+    """``with_content=false`` reads only the events' headers: no payload, and the same
+    ids, types, times and ``eventId`` (the idempotency key, none for an SDK's own) as the
+    list with content."""
+    api = await make_api(await make_store())
+    assert (await call(api, "POST", A, json={"name": "shop", "uid": "shop"}))[0] == 201
+    assert (await call(api, "POST", f"{A}/shop/endpoint", json={"url": receiver.url}))[0] == 201
+    sent = [
+        {"eventType": "order.paid", "payload": {"n": 1}, "eventId": "o-1"},
+        {"eventType": "order.paid", "payload": {"items": ["x" * 40] * 20}, "eventId": "o-2"},
+        {"eventType": "order.none", "payload": {"n": 3}},
+    ]
+    for body in sent:
+        status, _ = await call(api, "POST", f"{A}/shop/msg", json=body)
+        assert status == 202
+    status, full = await call(api, "GET", f"{A}/shop/msg?with_content=true")
+    assert status == 200
+    status, bare = await call(api, "GET", f"{A}/shop/msg?with_content=false")
+    assert status == 200
+    assert [m["eventId"] for m in bare["data"]] == [None, "o-2", "o-1"]
+    assert [m["payload"] for m in bare["data"]] == [{}, {}, {}]
+    assert [m["payload"] for m in full["data"]] == [s["payload"] for s in reversed(sent)]
+    for with_, without in zip(full["data"], bare["data"], strict=True):
+        assert {**with_, "payload": {}} == without
