@@ -164,15 +164,20 @@ class Reads(StoreBase):
             return None
         return eventrecord.view(event_id, raw)
 
-    async def get_events(self, event_ids: Sequence[str]) -> list[dict[str, Any] | None]:
-        """Several events as :meth:`get_event` reads them (None for one unknown or
-        gone), in order: one ``MGET`` per shard (its events share one slot), the shards
-        at once."""
+    def _by_shard(self, event_ids: Sequence[str]) -> dict[ShardKeys, list[str]]:
+        """The distinct ``event_ids`` by their shard's keys (one not of a shard left out)."""
         by_shard: dict[ShardKeys, list[str]] = {}
         for e in dict.fromkeys(event_ids):
             sk = self.shard_keys_for(e)
             if sk is not None:
                 by_shard.setdefault(sk, []).append(e)
+        return by_shard
+
+    async def get_events(self, event_ids: Sequence[str]) -> list[dict[str, Any] | None]:
+        """Several events as :meth:`get_event` reads them (None for one unknown or
+        gone), in order: one ``MGET`` per shard (its events share one slot), the shards
+        at once."""
+        by_shard = self._by_shard(event_ids)
 
         async def read(sk: ShardKeys, wanted: list[str]) -> list[tuple[str, Any]]:
             raws = await self.redis.mget([sk.event(e) for e in wanted])
@@ -188,11 +193,7 @@ class Reads(StoreBase):
     async def get_headers(self, event_ids: Sequence[str]) -> list[dict[str, Any] | None]:
         """Several events' stored headers (None for one unknown or gone), in order, without
         their payloads: a ranged read of each event's first bytes, the shards at once."""
-        by_shard: dict[ShardKeys, list[str]] = {}
-        for e in dict.fromkeys(event_ids):
-            sk = self.shard_keys_for(e)
-            if sk is not None:
-                by_shard.setdefault(sk, []).append(e)
+        by_shard = self._by_shard(event_ids)
         found: dict[str, dict[str, Any] | None] = {}
         for got in await asyncio.gather(*(self._headers(sk, w) for sk, w in by_shard.items())):
             found |= got
