@@ -81,10 +81,9 @@ def message_out(
     }
 
 
-def event_key(event: dict[str, Any]) -> str | None:
-    """The message's ``eventId``: the idempotency key it was published with, unless the
-    SDK made that key up (``auto_...``, sent when the caller gave none)."""
-    key = event.get("idempotency_key")
+def event_key(key: str | None) -> str | None:
+    """The message's ``eventId``: ``key``, the idempotency key it was published with,
+    unless the SDK made that key up (``auto_...``, sent when the caller gave none)."""
     return None if key is None or key.startswith(AUTO_KEY) else str(key)
 
 
@@ -96,7 +95,7 @@ def event_out(event: dict[str, Any], with_content: bool) -> dict[str, Any]:
         event["type"],
         when(event["created_at"]),
         payload,
-        event_key(event),
+        event_key(event.get("idempotency_key")),
         None if at is None else when(at),
     )
 
@@ -182,7 +181,7 @@ async def create(request: web.Request) -> web.Response:
         answer["type"],
         answer["created_at"],
         payload,
-        event_key({"idempotency_key": key}),
+        event_key(key),
         answer.get("deliver_at"),
     )
     return json(out, status=202)
@@ -266,16 +265,15 @@ async def messages_of(
     store = request.app[STORE]
     if with_content:
         events = await store.get_events(wanted)
-    else:
-        events = [
-            None if h is None else ({"idempotency_key": h["ik"]} if "ik" in h else {})
-            for h in await store.get_headers(wanted)
-        ]
+        found = [None if e is None else (e["payload"], e.get("idempotency_key")) for e in events]
+    else:  # a stored event's header holds its key as "ik"
+        heads = await store.get_headers(wanted)
+        found = [None if h is None else ({}, h.get("ik")) for h in heads]
     out = []
-    for r, event in zip(rows, events, strict=True):
-        payload = event["payload"] if event is not None and with_content else {}
-        key = None if event is None else event_key(event)
-        out.append(message_out(r["event_id"], r["type"], when(r["created_at"]), payload, key))
+    for r, got in zip(rows, found, strict=True):
+        payload, key = ({}, None) if got is None else got
+        created = when(r["created_at"])
+        out.append(message_out(r["event_id"], r["type"], created, payload, event_key(key)))
     return out
 
 
