@@ -7,24 +7,21 @@ from typing import Any
 import pytest
 
 from tests.helpers import Receiver
+from tests.helpers.api import call
 
 pytestmark = pytest.mark.realredis
 
 A = "/api/v1/app"
 
 
-async def call(api: Any, method: str, path: str, **kw: Any) -> tuple[int, Any]:
-    async with api.session.request(method, api.url + path, **kw) as r:
-        return r.status, await r.json()
-
-
 async def test_a_list_without_content_keeps_each_messages_event_id(
-    make_store: Any, make_api: Any, receiver: Receiver
+    make_store: Any, make_api: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``with_content=false`` reads only the events' headers: no payload, and the same
-    ids, types, times and ``eventId`` (the idempotency key, none for an SDK's own) as the
-    list with content."""
-    api = await make_api(await make_store())
+    """``with_content=false`` reads only the events' headers, never whole events: no
+    payload, and the same ids, types, times and ``eventId`` (the idempotency key, none
+    for an SDK's own) as the list with content."""
+    store = await make_store()
+    api = await make_api(store)
     assert (await call(api, "POST", A, json={"name": "shop", "uid": "shop"}))[0] == 201
     assert (await call(api, "POST", f"{A}/shop/endpoint", json={"url": receiver.url}))[0] == 201
     sent = [
@@ -37,6 +34,11 @@ async def test_a_list_without_content_keeps_each_messages_event_id(
         assert status == 202
     status, full = await call(api, "GET", f"{A}/shop/msg?with_content=true")
     assert status == 200
+
+    async def whole_events(event_ids: Any) -> Any:
+        raise AssertionError(f"whole events read for a list without content: {event_ids}")
+
+    monkeypatch.setattr(store, "get_events", whole_events)
     status, bare = await call(api, "GET", f"{A}/shop/msg?with_content=false")
     assert status == 200
     assert [m["eventId"] for m in bare["data"]] == [None, "o-2", "o-1"]
