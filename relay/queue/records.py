@@ -48,7 +48,7 @@ class Claimed:
     endpoint_id: str
     body: bytes  # exactly as signed and sent (decompressed)
     trace: str = ""  # the publish span's context (relay.tracing), from the event's header
-    event_type: str = ""  # from the event's header ("": read from the body when needed)
+    event_type: str = ""  # from the event's header (every claim fills it in)
 
 
 @dataclass(slots=True)

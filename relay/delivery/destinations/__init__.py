@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-import orjson
 from yarl import URL
 
 from relay.delivery import sender, ssrf
@@ -62,12 +61,6 @@ def _is_connection(exc: BaseException) -> bool:
     )
 
 
-def event_type(body: bytes) -> str:
-    """The event's type, from the Standard Webhooks body."""
-    value = orjson.loads(body).get("type", "")
-    return value if isinstance(value, str) else ""
-
-
 class Destinations:
     """Sends attempts to every kind: HTTP through ``session``, brokers through pooled
     connections (one per destination url, closed after ``destination_idle`` unused)."""
@@ -104,15 +97,14 @@ class Destinations:
         delivery_id: str,
         attempt: int,
         body: bytes,
-        event_type: str = "",
+        event_type: str,
         trace_headers: dict[str, str] | None = None,
         deadline: sender.Deadline | None = None,
         body_cap: int = sender.BODY_CAP,
     ) -> sender.Response:
         """One attempt to the endpoint's destination, whatever its kind; ``event_type``:
-        the event's type when the caller knows it (else a broker kind reads it from the
-        body); ``body_cap``: bytes of an HTTP answer's body kept
-        (``RELAY_RESPONSE_BODY_CAP``)."""
+        the event's (a broker kind's ``{type}``); ``body_cap``: bytes of an HTTP answer's
+        body kept (``RELAY_RESPONSE_BODY_CAP``)."""
         url = endpoint["url"]
         if destinations.kind_of(url) == "http":
             assert self.session is not None
@@ -127,23 +119,22 @@ class Destinations:
                 deadline=deadline,
                 body_cap=body_cap,
             )
-        return await self.publish(endpoint, event_id, body, deadline, event_type)
+        return await self.publish(endpoint, event_id, event_type, body, deadline)
 
     async def publish(
         self,
         endpoint: dict[str, Any],
         event_id: str,
+        event_type: str,
         body: bytes,
         deadline: sender.Deadline | None = None,
-        type_: str = "",
     ) -> sender.Response:
-        """One signed message to the endpoint's broker; ``type_``: the event's type, read
-        from the body when not given."""
+        """One signed message to the endpoint's broker."""
         url = endpoint["url"]
         now = time.time()
         message = Message(
             event_id=event_id,
-            event_type=type_ or event_type(body),
+            event_type=event_type,
             body=body,
             timestamp=str(int(now)),
             signature=sender.signature(endpoint, now, event_id, body),
