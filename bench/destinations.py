@@ -10,8 +10,9 @@ published to relay and one in-process worker drains them. Each run also checks w
 arrived: every event exactly once, every signature accepted by the Standard Webhooks
 verifier. Each kind runs ``--rounds`` rounds, the baseline and relay in turn, into fresh
 destinations; the medians are compared. Prints the ratio per kind (goal: 0.5 or more),
-and beside it the process's CPU per message, direct and through relay (the median
-round's; what a busy machine disturbs least), and writes
+and beside it the process's CPU per message, direct and through relay (the median of
+the rounds' figures, taken apart from the rates; what a busy machine disturbs least),
+and writes
 ``bench/results/destinations.json``. Part of ``make bench``, not of
 ``make test``.
 
