@@ -90,12 +90,12 @@ async def test_series_move_as_deliveries_happen(
 ) -> None:
     """One delivery succeeds slowly (lease extensions), one gets 410 (dead, breaker open),
     one was claimed by a "worker" that died (reclaimed, then delivered)."""
-    store = await make_store(lease_seconds=0.3, breaker_threshold=1)
+    store = await make_store(lease_seconds=1.0, breaker_threshold=1)
     api = await make_api(store)
     url = api.url + "/metrics"
 
     async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(0.8)  # longer than the 0.3 s lease: the heartbeat extends it
+        await asyncio.sleep(2.5)  # longer than the 1 s lease: the heartbeat extends it
         return web.Response(text="ok")
 
     receiver.responses["/slow"] = slow

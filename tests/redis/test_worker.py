@@ -325,13 +325,14 @@ async def test_deleted_endpoint_goes_dead(make_store: Any, receiver: Any) -> Non
 
 
 async def test_lease_is_extended_while_a_send_is_in_flight(make_store: Any, receiver: Any) -> None:
-    """A send that outlives its lease (0.6 s) is kept by the heartbeat: two workers are
+    """A send that outlives its lease (1.5 s) is kept by the heartbeat: two workers are
     running, and neither reclaims nor re-sends it. Fails with ``Leases.heartbeat``
-    monkeypatched to a coroutine that only sleeps."""
-    store = await make_store(lease_seconds=0.6)
+    monkeypatched to a coroutine that only sleeps. (The lease leaves a loaded machine's
+    event loop room to run the heartbeat, every third of it, in time.)"""
+    store = await make_store(lease_seconds=1.5)
 
     async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(4.0)
         return web.Response(text="ok")
 
     receiver.responses["/slow"] = slow
