@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -33,6 +33,7 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
 
 
 HEADER_READ = 4096  # bytes of an event read for its header; a longer header is read whole
+Found = dict[str, dict[str, Any] | None]  # what a per-shard read found, by event id
 
 
 class Reads(StoreBase):
@@ -164,40 +165,39 @@ class Reads(StoreBase):
             return None
         return eventrecord.view(event_id, raw)
 
-    def _by_shard(self, event_ids: Sequence[str]) -> dict[ShardKeys, list[str]]:
-        """The distinct ``event_ids`` by their shard's keys (one not of a shard left out)."""
+    async def _per_shard(
+        self, event_ids: Sequence[str], read: Callable[[ShardKeys, list[str]], Awaitable[Found]]
+    ) -> list[dict[str, Any] | None]:
+        """``read`` of the distinct ``event_ids`` of each shard (one not of a shard left
+        out), the shards at once; what it found for each id, in order (None: not found)."""
         by_shard: dict[ShardKeys, list[str]] = {}
         for e in dict.fromkeys(event_ids):
             sk = self.shard_keys_for(e)
             if sk is not None:
                 by_shard.setdefault(sk, []).append(e)
-        return by_shard
+        found: Found = {}
+        for got in await asyncio.gather(*(read(sk, w) for sk, w in by_shard.items())):
+            found |= got
+        return [found.get(e) for e in event_ids]
 
     async def get_events(self, event_ids: Sequence[str]) -> list[dict[str, Any] | None]:
         """Several events as :meth:`get_event` reads them (None for one unknown or
         gone), in order: one ``MGET`` per shard (its events share one slot), the shards
         at once."""
-        by_shard = self._by_shard(event_ids)
 
-        async def read(sk: ShardKeys, wanted: list[str]) -> list[tuple[str, Any]]:
+        async def read(sk: ShardKeys, wanted: list[str]) -> Found:
             raws = await self.redis.mget([sk.event(e) for e in wanted])
-            return list(zip(wanted, raws, strict=True))
+            return {
+                e: None if raw is None else eventrecord.view(e, raw)
+                for e, raw in zip(wanted, raws, strict=True)
+            }
 
-        found = {
-            e: None if raw is None else eventrecord.view(e, raw)
-            for pairs in await asyncio.gather(*(read(sk, w) for sk, w in by_shard.items()))
-            for e, raw in pairs
-        }
-        return [found.get(e) for e in event_ids]
+        return await self._per_shard(event_ids, read)
 
     async def get_headers(self, event_ids: Sequence[str]) -> list[dict[str, Any] | None]:
         """Several events' stored headers (None for one unknown or gone), in order, without
         their payloads: a ranged read of each event's first bytes, the shards at once."""
-        by_shard = self._by_shard(event_ids)
-        found: dict[str, dict[str, Any] | None] = {}
-        for got in await asyncio.gather(*(self._headers(sk, w) for sk, w in by_shard.items())):
-            found |= got
-        return [found.get(e) for e in event_ids]
+        return await self._per_shard(event_ids, self._headers)
 
     async def endpoint_known(self, endpoint_id: str) -> bool:
         """Whether the endpoint exists, or once did and still has deliveries indexed
