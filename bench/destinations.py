@@ -12,8 +12,7 @@ verifier. Each kind runs ``--rounds`` rounds, the baseline and relay in turn, in
 destinations; the medians are compared. Prints the ratio per kind (goal: 0.5 or more),
 and beside it the process's CPU per message, direct and through relay (the median of
 the rounds' figures, taken apart from the rates; what a busy machine disturbs least),
-and writes
-``bench/results/destinations.json``. Part of ``make bench``, not of
+and writes ``bench/results/destinations.json``. Part of ``make bench``, not of
 ``make test``.
 
     python bench/destinations.py [--events 10000] [--rounds 3] [--kinds redis,nats,amqp]
