@@ -9,7 +9,8 @@ A delivery's requests are logged in its own list (``ShardKeys.log``), one JSON e
 each. Most deliveries are made by one request that succeeds, and a list key of one
 entry costs Redis a key, a quicklist and a node. So record.lua keeps that
 first request in the delivery hash instead, as the field ``a1``:
-``"<at ms> <duration ms> <status code> <worker>[ <detail>]"``, short enough (at most
+``"<at ms> <duration ms> <status code> <worker>[ <detail>]"``, the status code ``-`` for
+a request that has none (a broker's: its answer is the detail), short enough (at most
 64 bytes, Redis's ``hash-max-listpack-value``) that the hash stays a compact listpack.
 Any later request (a replay, a fenced late write) still goes to the list, and a reader
 puts ``a1`` first (:func:`expand`): the API and the CLI show one log either way.
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 INLINE_MAX = 64  # bytes; past Redis's hash-max-listpack-value the hash is a hashtable
+NO_STATUS = "-"  # an a1's status code when its request had none (record.lua reads it too)
 
 # The receiver's answer headers kept in an entry (``response_headers``), bounded: so many
 # headers, names and values cut, and the lot under a byte budget.
@@ -61,9 +63,10 @@ def inline(
     attempt: int, at_ms: int, duration_ms: float, status: int | None, worker: str, detail: str
 ) -> str:
     """The ``a1`` form of a first request that succeeded; "" when it has no short form."""
-    if attempt != 1 or status is None or not worker or " " in worker:
+    if attempt != 1 or not worker or " " in worker:
         return ""
-    text = f"{at_ms} {duration_ms!r} {status} {worker}" + (f" {detail}" if detail else "")
+    code = NO_STATUS if status is None else status
+    text = f"{at_ms} {duration_ms!r} {code} {worker}" + (f" {detail}" if detail else "")
     return text if len(text.encode()) <= INLINE_MAX else ""
 
 
@@ -100,7 +103,5 @@ def expand(value: str) -> dict[str, Any]:
     """The attempt-log entry an ``a1`` field stands for (number 1)."""
     at, duration, status, worker, *detail = value.split(" ", 4)
     text = detail[0] if detail else ""
-    return {
-        "n": 1,
-        **fields(1, int(at), float(duration), int(status), "", text, "succeeded", worker),
-    }
+    code = None if status == NO_STATUS else int(status)
+    return {"n": 1, **fields(1, int(at), float(duration), code, "", text, "succeeded", worker)}

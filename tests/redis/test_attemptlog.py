@@ -154,8 +154,46 @@ def test_inline_round_trip_and_limits() -> None:
         "worker": "vm-1",
     }
     assert attemptlog.inline(2, 5, 1.0, 200, "w", "") == ""  # not the first attempt
-    assert attemptlog.inline(1, 5, 1.0, None, "w", "") == ""
+    assert attemptlog.inline(1, 5, 1.0, 200, "two words", "") == ""  # a worker with a space
     assert attemptlog.inline(1, 5, 1.0, 200, "w", "é" * 40) == ""  # bytes, not characters
+
+
+def test_a_request_without_a_status_code_has_a_short_form_too() -> None:
+    """A broker's answer has no status code: its a1 says "-", read back as None."""
+    text = attemptlog.inline(1, 5, 0.8, None, "vm-1", "stream orders seq 7")
+    assert text == "5 0.8 - vm-1 stream orders seq 7"
+    assert attemptlog.expand(text)["status_code"] is None
+    assert attemptlog.expand(text)["detail"] == "stream orders seq 7"
+
+
+async def test_a_broker_success_stays_in_the_hash_and_reads_without_a_status(st: Store) -> None:
+    """A first publish a broker confirmed (no status code) is kept as a1, as an HTTP
+    success is; the log shows ``status_code`` null, from the hash and from the entry
+    record.lua makes of it for a late (fenced) write. Fails with the short form refused
+    to a request without a status code: the log key exists and a1 does not."""
+    ep = await add_endpoint(st)
+    await publish(st, [ep["id"]])
+    c = (await claim(st)).items[0]
+    done = make_outcome(
+        c, "succeeded", 0, None, "", "stream orders seq 7", worker="w1", at_ms=9, duration=0.002
+    )
+    assert done.inline and done.entry == b""
+    sk = st.keys.shard(0)
+    assert await st.record(sk, [done]) == [1]
+    assert not await st.redis.exists(sk.log(c.id))
+    expected = {
+        "n": 1,
+        **attemptlog.fields(1, 9, 2.0, None, "", "stream orders seq 7", "succeeded", "w1"),
+    }
+    rec = await st.get_delivery(c.id)
+    assert rec is not None and rec["attempt_log"] == [expected]
+    assert rec["last_status_code"] is None and rec["status"] == "succeeded"
+    # the same outcome under a claim token that is no longer the delivery's: logged fenced
+    late = dataclasses.replace(done, token="c:old:1")
+    await st.redis.hset(sk.delivery(c.id), "status", "delivering")
+    assert await st.record(sk, [late]) == [0]
+    fenced = orjson.loads((await st.redis.lrange(sk.log(c.id), 0, -1))[0])
+    assert fenced["status_code"] is None and fenced["fenced"] is True
 
 
 async def test_short_and_full_outcomes_of_one_batch_answer_in_its_order(st: Store) -> None:

@@ -17,7 +17,8 @@
 -- ARGV[8..7+9n] per full item, nine values: delivery id, claim token, outcome ("succeeded"
 --           | "retry" | "dead" | "defer"), retry delay ms, status code ("" for none), error
 --           ("" for none), attempt log entry (JSON without "n"; "" when it has a short
---           form), its short form ("" for none; relay/domain/attemptlog.py), its endpoint
+--           form), its short form ("" for none; relay/domain/attemptlog.py: its status
+--           code "-" when the request had none), its endpoint
 --           id ("": read from its event's header when the hash has none)
 -- ARGV[8+9n] m, the number of short items (a first request that succeeded, said by its
 --           short form), then per item four values: delivery id, claim token, short
@@ -48,6 +49,14 @@ local function spaces(a1)
   return p1, p2, p3, find(a1, " ", p3 + 1, true)
 end
 
+-- The status code a short form says (its third field), "" for "-": a request without
+-- one (a broker's).
+local function code_of(a1)
+  local _, p2, p3 = spaces(a1)
+  local code = string.sub(a1, p2 + 1, p3 - 1)
+  return code == "-" and "" or code
+end
+
 -- The attempt-log entry (JSON, without "n") a short form stands for, as
 -- attemptlog.expand reads it: an outcome with a short form is sent without its entry,
 -- which only a request that is not its delivery's first in the log needs.
@@ -55,15 +64,10 @@ local function entry_of(a1)
   local sub = string.sub
   local p1, p2, p3, p4 = spaces(a1)
   local detail = p4 and cjson.encode(sub(a1, p4 + 1)) or "null"
+  local code = code_of(a1)
   return '{"attempt":1,"at":' .. sub(a1, 1, p1 - 1) .. ',"duration_ms":' .. sub(a1, p1 + 1, p2 - 1)
-    .. ',"status_code":' .. sub(a1, p2 + 1, p3 - 1) .. ',"error":null,"detail":' .. detail
+    .. ',"status_code":' .. (code == "" and "null" or code) .. ',"error":null,"detail":' .. detail
     .. ',"outcome":"succeeded","worker":' .. cjson.encode(sub(a1, p3 + 1, (p4 or 0) - 1)) .. '}'
-end
-
--- The status code a short form says (its third field: a short form always has one).
-local function code_of(a1)
-  local _, p2, p3 = spaces(a1)
-  return string.sub(a1, p2 + 1, p3 - 1)
 end
 
 -- The endpoint id of a delivery whose hash has none: as given, or its event's header's
