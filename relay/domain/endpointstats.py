@@ -7,7 +7,7 @@ endpoint's hash tag, incremented by ``settle.lua`` with the breaker's own update
 extra round trip). A field is ``<minute of the hour>:<name>``; names:
 
 * ``n``: attempts with a verdict on the endpoint (a request was made), ``ok``: the 2xx
-  among them;
+  among them, and a broker destination's acknowledged publishes;
 * ``s<code>``: the attempts answered with that status that were not a success, ``e<error>``:
   those that had no answer (``timeout``, ``connection``, ``tls``, ...);
 * ``l<i>``: answered attempts whose duration fell in latency bucket ``i``
@@ -34,10 +34,11 @@ WINDOWS = {"1h": (HOUR_MS, MINUTE_MS), "24h": (24 * HOUR_MS, 10 * MINUTE_MS)}  #
 
 def stat_of(status: int | None, error: str, duration_ms: float) -> str:
     """What one attempt adds to the counters: ``"<class> <latency bucket>"`` for an
-    answer (class ``ok`` for a 2xx, else ``s<code>``), ``"e<error>"`` without one."""
-    if status is None:
-        return f"e{error or 'error'}"
-    kind = "ok" if 200 <= status < 300 else f"s{status}"
+    answer (class ``ok`` for a 2xx or a broker's acknowledgement, which has no status and
+    no error; else ``s<code>``), ``"e<error>"`` for an attempt that had none."""
+    if status is None and error:
+        return f"e{error}"
+    kind = "ok" if status is None or 200 <= status < 300 else f"s{status}"
     return f"{kind} {bisect.bisect_left(LATENCY_BOUNDS_MS, duration_ms)}"
 
 

@@ -132,6 +132,11 @@ async def exactly_once(kit: Kit, store: Store, api: Any, count: int) -> None:
     (entry,) = one["attempt_log"]
     assert entry["outcome"] == "succeeded" and entry["error"] is None, entry
     assert entry["detail"], entry  # the broker's answer
+    # the endpoint's page counts each acknowledgement a success, with its latency
+    status, stats = await call(api, "GET", f"/v1/endpoints/{endpoint['id']}/stats")
+    assert status == 200, stats
+    assert (stats["attempts"], stats["successes"], stats["failures_by"]) == (count, count, [])
+    assert sum(b["count"] for b in stats["latency_ms"]["buckets"]) == count
 
 
 async def outage(kit: Kit, store: Store, api: Any, count: int, seconds: float) -> None:
