@@ -12,12 +12,14 @@ function answerHeaders(headers) {
       names.flatMap((n) => [el("dt", { class: "mono", dataset: { header: n } }, n), el("dd", { class: "mono", dataset: { header: n } }, headers[n])])));
 }
 
-/** The result cell: the status or error, where it led, the answer's body and headers. */
+/** The result cell: the status or error, where it led, the answer's body and headers.
+ * A broker's acknowledgement has no status code and no error. */
 export function attemptResult(a) {
   const code = a.status_code;
-  const ok = code >= 200 && code < 300;
+  const ok = code ? code >= 200 && code < 300 : !a.error;
+  const said = code ? `HTTP ${code}` : a.error || "acknowledged";
   return el("div", {},
-    code ? el("span", { class: ok ? "strong" : "strong err-text" }, `HTTP ${code}`) : el("span", { class: "strong err-text" }, a.error || "no answer"),
+    el("span", { class: ok ? "strong" : "strong err-text" }, said),
     a.outcome ? el("span", { class: "muted" }, ` → ${a.outcome}`) : null,
     a.fenced ? el("span", {}, " ", badge("fenced", "fenced")) : null,
     a.detail ? el("pre", { class: "answer", dataset: { col: "answer" } }, a.detail) : null,

@@ -1,6 +1,7 @@
 """Broker endpoints in the dashboard, in the real headless Chromium: an ``amqp://``,
 ``nats://`` and ``redis://`` endpoint each show in the endpoints view and on their own
-page with the password masked, and no password reaches the page.
+page with the password masked, and no password reaches the page; a publish the broker
+acknowledged shows in a delivery's attempt log as a success.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from relay.delivery.attempt import outcome
 from relay.domain.destinations import MASK
 from tests.helpers.browser import UI_TIMEOUT_MS, chromium, sign_in, watch
+from tests.helpers.store import claim, publish
 
 pytestmark = pytest.mark.realredis
 
@@ -53,5 +56,38 @@ async def test_broker_endpoints_show_masked_credentials(make_store: Any, make_ap
             await expect(page.locator("#ep-title")).to_have_text(ep["url"])
             content = await page.content()
             assert all(secret not in content for secret in SECRETS)
+        assert seen["errors"] == []
+        await context.close()
+
+
+async def test_an_acknowledged_publish_shows_as_a_success(make_store: Any, make_api: Any) -> None:
+    """Fails with the attempt's result judged by its status code alone: "no answer", in
+    the error colour."""
+    from playwright.async_api import expect
+
+    expect.set_options(timeout=UI_TIMEOUT_MS)
+    store = await make_store()
+    api = await make_api(store)
+    async with api("POST", "/v1/endpoints", json={"url": URLS[1]}) as r:
+        assert r.status == 201, await r.text()
+        ep = dict(await r.json())
+    await publish(store, [ep["id"]])
+    (c,) = (await claim(store)).items
+    acked = outcome(c, "succeeded", 0, None, "", "stream orders seq 7", worker="w1", at_ms=1)
+    assert await store.record(store.keys.shard(0), [acked]) == [1]
+
+    async with chromium() as browser:
+        context = await browser.new_context(viewport={"width": 1366, "height": 768})
+        page = await context.new_page()
+        seen = watch(page)
+        await sign_in(page, api.url)
+        await page.click(f'#deliveries tr[data-id="{c.id}"]')
+        await expect(page.locator("#drawer")).to_be_visible()
+        result = page.locator("#d-log tbody tr td:nth-child(5)")
+        await expect(result).to_have_count(1)
+        assert (
+            await result.inner_text()
+        ).strip() == "acknowledged → succeeded\nstream orders seq 7"
+        assert await result.locator(".err-text").count() == 0
         assert seen["errors"] == []
         await context.close()
