@@ -11,6 +11,8 @@ export function lastResult(d) {
     return el("span", { class: ok ? "" : "err-text" }, `HTTP ${d.last_status_code}`);
   }
   if (d.last_error) return el("span", { class: "err-text" }, d.last_error);
+  // succeeded with no status code: a broker destination acknowledged it
+  if (d.status === "succeeded") return el("span", {}, "acknowledged");
   return el("span", { class: "muted" }, "—");
 }
 // Why a pending or held delivery is not going out now (the API's `waiting`).

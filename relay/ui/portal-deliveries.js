@@ -46,6 +46,8 @@ function when(d) {
 function result(d) {
   if (d.last_status_code) return el("span", { class: d.last_status_code < 300 ? "" : "err-text" }, `HTTP ${d.last_status_code}`);
   if (d.last_error) return el("span", { class: "err-text" }, d.last_error);
+  // succeeded with no status code: a broker destination acknowledged it
+  if (d.status === "succeeded") return el("span", {}, "acknowledged");
   return el("span", { class: "muted" }, "—");
 }
 

@@ -61,8 +61,9 @@ async def test_broker_endpoints_show_masked_credentials(make_store: Any, make_ap
 
 
 async def test_an_acknowledged_publish_shows_as_a_success(make_store: Any, make_api: Any) -> None:
-    """Fails with the attempt's result judged by its status code alone: "no answer", in
-    the error colour."""
+    """In the dashboard's deliveries table and attempt log, and the portal's deliveries.
+    Fails with the result judged by the status code alone: "—" in the tables, "no
+    answer" in the error colour in the log."""
     from playwright.async_api import expect
 
     expect.set_options(timeout=UI_TIMEOUT_MS)
@@ -81,7 +82,9 @@ async def test_an_acknowledged_publish_shows_as_a_success(make_store: Any, make_
         page = await context.new_page()
         seen = watch(page)
         await sign_in(page, api.url)
-        await page.click(f'#deliveries tr[data-id="{c.id}"]')
+        row = page.locator(f'#deliveries tr[data-id="{c.id}"]')
+        await expect(row.locator("td:nth-child(6)")).to_have_text("acknowledged")
+        await row.click()
         await expect(page.locator("#drawer")).to_be_visible()
         result = page.locator("#d-log tbody tr td:nth-child(5)")
         await expect(result).to_have_count(1)
@@ -89,5 +92,13 @@ async def test_an_acknowledged_publish_shows_as_a_success(make_store: Any, make_
             await result.inner_text()
         ).strip() == "acknowledged → succeeded\nstream orders seq 7"
         assert await result.locator(".err-text").count() == 0
+
+        # the consumer portal's deliveries list says the same
+        async with api("POST", "/v1/apps/default/portal") as r:
+            assert r.status == 201, await r.text()
+            session = dict(await r.json())
+        await page.goto(session["url"])
+        cell = page.locator(f'#p-deliveries tr[data-id="{c.id}"] td:nth-child(4)')
+        await expect(cell).to_have_text("acknowledged")
         assert seen["errors"] == []
         await context.close()
