@@ -132,6 +132,15 @@ async def exactly_once(kit: Kit, store: Store, api: Any, count: int) -> None:
     (entry,) = one["attempt_log"]
     assert entry["outcome"] == "succeeded" and entry["error"] is None, entry
     assert entry["detail"], entry  # the broker's answer
+    # what the message carried beside its body, as the event page shows it
+    status, page = await call(api, "GET", f"/v1/events/{ids[0]}", params={"expand": "deliveries"})
+    assert status == 200, page
+    sent = {h["name"]: h["value"] for h in page["deliveries"][0]["headers_sent"]}
+    extra = {"nats": {"Nats-Msg-Id"}, "amqp": {"message_id", "content_type", "delivery_mode"}}
+    assert set(sent) == {"webhook-id", "webhook-timestamp", "webhook-signature"} | extra.get(
+        kit.kind, set()
+    ), sent
+    assert sent["webhook-id"] == ids[0] and sent["webhook-signature"] == "v1,…"
     # the endpoint's page counts each acknowledgement a success, with its latency
     status, stats = await call(api, "GET", f"/v1/endpoints/{endpoint['id']}/stats")
     assert status == 200, stats
