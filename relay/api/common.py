@@ -67,6 +67,14 @@ def found(thing: T | None, kind: str, ident: str) -> T:
     return thing
 
 
+def headers_refused(exc: ValueError) -> ApiError:
+    """The 422 of a write that would give a broker endpoint custom headers
+    (relay.domain.schema.HeadersOnBroker), as a refused field reads."""
+    return ApiError(
+        422, "validation_error", str(exc), details=[{"field": "headers", "message": str(exc)}]
+    )
+
+
 def json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from relay.api.access import pinned_app, scoped_app
-from relay.api.common import STORE, ApiError, body, json, query, route
+from relay.api.common import STORE, ApiError, body, headers_refused, json, query, route
 from relay.api.models import (
     EndpointIn,
     EndpointList,
@@ -20,7 +20,7 @@ from relay.api.models import (
     SecretOut,
     UrlOut,
 )
-from relay.domain.schema import public_endpoint, public_keys
+from relay.domain.schema import HeadersOnBroker, public_endpoint, public_keys
 from relay.endpoints.catalog import UnknownEventTypes
 from relay.endpoints.health import Health, previous_secret_expires_at
 from relay.endpoints.lifecycle import Lifecycle, RotationTooSoon
@@ -206,6 +206,8 @@ async def patch(request: web.Request) -> web.Response:
         endpoint = await Lifecycle(request.app[STORE]).update(request.match_info["id"], changes)
     except UnknownEventTypes as exc:
         raise ApiError(422, "unknown_event_type", str(exc)) from None
+    except HeadersOnBroker as exc:
+        raise headers_refused(exc) from None
     if endpoint is None:
         raise not_found(request)
     return json((await with_breakers(request, [endpoint]))[0])

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 from yarl import URL
 
@@ -85,6 +94,24 @@ def _check_url(url: str) -> str:
 
 
 HEADER_MASK = destinations.MASK  # what endpoint answers show for a custom header's value
+BROKER_HEADERS = (
+    "headers are for http(s) endpoints: a broker message carries only the webhook-id, "
+    "webhook-timestamp and webhook-signature values"
+)
+
+
+class HeadersOnBroker(ValueError):
+    """Custom headers asked of an endpoint whose url names a broker (which sends none)."""
+
+    def __init__(self) -> None:
+        super().__init__(BROKER_HEADERS)
+
+
+def check_headers_sent(endpoint: Mapping[str, Any]) -> None:
+    """Raise :class:`HeadersOnBroker` when ``endpoint`` (a record, or what a write makes
+    of it) names a broker and has custom headers, which no message would carry."""
+    if endpoint.get("headers") and destinations.kind_of(endpoint.get("url") or "") != "http":
+        raise HeadersOnBroker
 
 
 def _check_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -174,6 +201,12 @@ class EndpointIn(StrictBody):
         if self.signing == "ed25519" and self.secret is not None:
             raise ValueError("secret is for hmac signing; relay makes the ed25519 key itself")
         return self
+
+    @field_validator("headers")
+    @classmethod
+    def _headers_sent(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        check_headers_sent({"url": info.data.get("url"), "headers": v})
+        return v
 
 
 _NOT_NULLABLE = frozenset(

@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from relay.domain.schema import endpoint_record, new_secret
+from relay.domain.schema import check_headers_sent, endpoint_record, new_secret
 from relay.endpoints.catalog import Catalog
 from relay.endpoints.health import Health, Settled
 from relay.queue.keys import ShardKeys
@@ -68,11 +68,14 @@ class Lifecycle:
 
     async def update(self, endpoint_id: str, changes: Mapping[str, Any]) -> dict[str, Any] | None:
         """Apply validated changes; re-enabling resumes held deliveries. None: no such one.
-        Strict mode: raises ``UnknownEventTypes`` for subscriptions outside the catalog."""
+        Strict mode: raises ``UnknownEventTypes`` for subscriptions outside the catalog.
+        Raises ``HeadersOnBroker`` (nothing written) when the endpoint they make names a
+        broker and has custom headers."""
         if changes.get("event_types") is not None:
             await Catalog(self.store).check_subscriptions(changes["event_types"])
 
         def apply(endpoint: dict[str, Any]) -> dict[str, Any]:
+            check_headers_sent({**endpoint, **changes})
             endpoint.update(changes, updated_at=int(time.time() * 1000))
             if endpoint["enabled"]:
                 endpoint.pop("disabled_reason", None)

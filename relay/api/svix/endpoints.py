@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from relay.api.common import STORE, ApiError, body, json, route
+from relay.api.common import STORE, ApiError, body, headers_refused, json, route
 from relay.api.svix.applications import POST_HEADERS, TAG
 from relay.api.svix.base import (
     OrderedQuery,
@@ -46,7 +46,7 @@ from relay.api.svix.models import (
     listing,
 )
 from relay.domain import ids
-from relay.domain.schema import EndpointIn, EndpointPatch
+from relay.domain.schema import EndpointIn, EndpointPatch, HeadersOnBroker
 from relay.endpoints.catalog import UnknownEventTypes
 from relay.endpoints.lifecycle import Lifecycle, RotationTooSoon
 
@@ -104,6 +104,8 @@ async def _write(request: web.Request, endpoint_id: str, changes: dict[str, Any]
         endpoint = await Lifecycle(request.app[STORE]).update(endpoint_id, fields)
     except UnknownEventTypes as exc:
         raise ApiError(422, "unknown_event_type", str(exc)) from None
+    except HeadersOnBroker as exc:
+        raise headers_refused(exc) from None
     if endpoint is None:
         raise ApiError(404, "not_found", f"endpoint {endpoint_id} does not exist")
     return json(endpoint_out(endpoint))

@@ -1,0 +1,77 @@
+"""Custom headers are for http(s) endpoints: a broker message carries only the three
+webhook-* values, so a write that would give a broker endpoint headers is a 422 that
+changes nothing, through every route that writes endpoints (``/v1`` and Svix's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from relay.domain.schema import BROKER_HEADERS
+from tests.helpers.api import call
+
+NATS = "nats://127.0.0.1:4222/orders.{type}"
+
+
+async def _app(api: Any) -> None:
+    """The app ``shop``, made through Svix's route (its routes need one that exists)."""
+    status, made = await call(api, "POST", "/api/v1/app", json={"name": "Shop", "uid": "shop"})
+    assert status == 201, made
+
+
+def _refused(status: int, answer: Any) -> None:
+    assert status == 422, answer
+    assert BROKER_HEADERS in orjson.dumps(answer).decode(), answer
+
+
+async def test_a_broker_endpoint_with_headers_is_refused_at_create(
+    make_store: Any, make_api: Any
+) -> None:
+    store = await make_store()
+    api = await make_api(store)
+    await _app(api)
+    status, answer = await call(
+        api,
+        "POST",
+        "/v1/endpoints",
+        json={"url": NATS, "app": "shop", "headers": {"x-team": "billing"}},
+    )
+    _refused(status, answer)
+    assert answer["details"] == [{"field": "headers", "message": BROKER_HEADERS}]
+    svix = {"url": NATS, "headers": {"x-team": "billing"}}
+    _refused(*await call(api, "POST", "/api/v1/app/shop/endpoint", json=svix))
+    assert await store.list_endpoints("shop") == []
+
+
+async def test_no_write_gives_a_broker_endpoint_headers(make_store: Any, make_api: Any) -> None:
+    """Fails with the check left out of the lifecycle's update: each write is stored."""
+    store = await make_store()
+    api = await make_api(store)
+    await _app(api)
+    status, http = await call(
+        api,
+        "POST",
+        "/v1/endpoints",
+        json={"url": "http://127.0.0.1:9/h", "app": "shop", "headers": {"x-a": "1"}},
+    )
+    assert status == 201, http
+    status, nats = await call(api, "POST", "/v1/endpoints", json={"url": NATS, "app": "shop"})
+    assert status == 201, nats
+    before = {e["id"]: e for e in await store.list_endpoints("shop")}
+
+    # an http endpoint with headers moved to a broker url; headers added to a broker one
+    _refused(*await call(api, "PATCH", f"/v1/endpoints/{http['id']}", json={"url": NATS}))
+    _refused(
+        *await call(api, "PATCH", f"/v1/endpoints/{nats['id']}", json={"headers": {"x-a": "1"}})
+    )
+    path = f"/api/v1/app/shop/endpoint/{nats['id']}/headers"
+    _refused(*await call(api, "PUT", path, json={"headers": {"x-a": "1"}}))
+    assert {e["id"]: e for e in await store.list_endpoints("shop")} == before
+
+    # moved with its headers cleared in the same write, it is a broker endpoint
+    status, moved = await call(
+        api, "PATCH", f"/v1/endpoints/{http['id']}", json={"url": NATS, "headers": {}}
+    )
+    assert status == 200, moved
+    assert moved["kind"] == "nats" and moved["headers"] == {}
