@@ -89,7 +89,9 @@ async def attempts_of(request: web.Request, delivery_ids: list[str]) -> list[Log
 class AttemptQuery(MessageQuery):
     endpoint_id: Annotated[str | None, Field(max_length=64)] = None
     status_code_class: Annotated[int | None, Field(ge=0, le=500, multiple_of=100)] = Field(
-        default=None, description="0 (no answer), 100, 200, 300, 400 or 500"
+        default=None,
+        description="0 (no HTTP status: no answer, or a broker's acknowledgement), 100, 200, "
+        "300, 400 or 500",
     )
     with_msg: bool = Field(default=False, description="refused: attempts carry msgId only")
 
