@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
 from relay.domain.schema import BROKER_HEADERS
 from tests.helpers.api import call
@@ -14,10 +15,20 @@ from tests.helpers.api import call
 NATS = "nats://127.0.0.1:4222/orders.{type}"
 
 
-async def _app(api: Any) -> None:
-    """The app ``shop``, made through Svix's route (its routes need one that exists)."""
+@pytest.fixture
+async def env(make_store: Any, make_api: Any) -> tuple[Any, Any]:
+    """A store and its API, with the app ``shop`` made through Svix's route (its routes
+    need one that exists)."""
+    store = await make_store()
+    api = await make_api(store)
     status, made = await call(api, "POST", "/api/v1/app", json={"name": "Shop", "uid": "shop"})
     assert status == 201, made
+    return store, api
+
+
+async def _create(api: Any, url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    given = {"url": url, "app": "shop"} | ({"headers": headers} if headers else {})
+    return await call(api, "POST", "/v1/endpoints", json=given)
 
 
 def _refused(status: int, answer: Any) -> None:
@@ -25,18 +36,9 @@ def _refused(status: int, answer: Any) -> None:
     assert BROKER_HEADERS in orjson.dumps(answer).decode(), answer
 
 
-async def test_a_broker_endpoint_with_headers_is_refused_at_create(
-    make_store: Any, make_api: Any
-) -> None:
-    store = await make_store()
-    api = await make_api(store)
-    await _app(api)
-    status, answer = await call(
-        api,
-        "POST",
-        "/v1/endpoints",
-        json={"url": NATS, "app": "shop", "headers": {"x-team": "billing"}},
-    )
+async def test_a_broker_endpoint_with_headers_is_refused_at_create(env: Any) -> None:
+    store, api = env
+    status, answer = await _create(api, NATS, {"x-team": "billing"})
     _refused(status, answer)
     assert answer["details"] == [{"field": "headers", "message": BROKER_HEADERS}]
     svix = {"url": NATS, "headers": {"x-team": "billing"}}
@@ -44,19 +46,12 @@ async def test_a_broker_endpoint_with_headers_is_refused_at_create(
     assert await store.list_endpoints("shop") == []
 
 
-async def test_no_write_gives_a_broker_endpoint_headers(make_store: Any, make_api: Any) -> None:
+async def test_no_write_gives_a_broker_endpoint_headers(env: Any) -> None:
     """Fails with the check left out of the lifecycle's update: each write is stored."""
-    store = await make_store()
-    api = await make_api(store)
-    await _app(api)
-    status, http = await call(
-        api,
-        "POST",
-        "/v1/endpoints",
-        json={"url": "http://127.0.0.1:9/h", "app": "shop", "headers": {"x-a": "1"}},
-    )
+    store, api = env
+    status, http = await _create(api, "http://127.0.0.1:9/h", {"x-a": "1"})
     assert status == 201, http
-    status, nats = await call(api, "POST", "/v1/endpoints", json={"url": NATS, "app": "shop"})
+    status, nats = await _create(api, NATS)
     assert status == 201, nats
     before = {e["id"]: e for e in await store.list_endpoints("shop")}
 
