@@ -24,6 +24,7 @@ from relay.delivery import sender
 from relay.delivery.destinations import Destinations
 from relay.delivery.stats import Stats
 from relay.domain import attemptlog, retry
+from relay.domain.destinations import kind_of, messaging_attributes
 from relay.ops import metrics
 from relay.queue.store import Claimed, Outcome
 from relay.settings import Settings
@@ -181,10 +182,14 @@ class Attempter:
             "relay.event.id": c.event_id,
             "relay.endpoint.id": c.endpoint_id,
             "relay.attempt": c.attempts,
-            "http.request.method": "POST",
         }
+        url = endpoint["url"] if endpoint is not None else ""
+        if endpoint is None or kind_of(url) == "http":
+            attrs["http.request.method"] = "POST"
+        else:  # a broker: where the message went, by OpenTelemetry's messaging names
+            attrs.update(messaging_attributes(url, c.event_type))
         if endpoint is not None:  # the host only: a URL's path or query may hold a token
-            attrs["server.address"] = urlsplit(endpoint["url"]).hostname or ""
+            attrs["server.address"] = urlsplit(url).hostname or ""
         with tracing.attempt_span(c.trace, attrs) as span:
             done, verdict = await self.send_once(c, endpoint, deadline, tracing.headers())
             tracing.attempt_result(span, done.status_code, done.outcome, done.error)

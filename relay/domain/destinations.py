@@ -61,6 +61,28 @@ def kind_of(url: str) -> str:
     return KINDS.get(scheme.lower(), "http") if sep else "http"
 
 
+# OpenTelemetry's messaging.system for each broker kind
+MESSAGING_SYSTEMS = {"redis": "redis", "nats": "nats", "amqp": "rabbitmq"}
+
+
+def messaging_attributes(url: str, event_type: str) -> dict[str, str]:
+    """An attempt span's attributes for a broker url: ``messaging.system`` and, where the
+    url names it, ``messaging.destination.name`` (the NATS subject or the stream, with
+    the event type in place of ``{type}``, or the exchange, and then the routing key).
+    Never the credentials."""
+    target = parse(url)
+    out = {"messaging.system": MESSAGING_SYSTEMS[target.kind]}
+    where = {"nats": target.path, "redis": target.params.get("stream", "")}.get(
+        target.kind, target.params.get("exchange", "")
+    )
+    if where:
+        out["messaging.destination.name"] = fill(where, event_type)
+    if target.params.get("routing_key"):
+        key = fill(target.params["routing_key"], event_type)
+        out["messaging.rabbitmq.destination.routing_key"] = key
+    return out
+
+
 def fill(template: str, event_type: str) -> str:
     """A subject or routing key for one event: ``{type}`` replaced by its type."""
     return template.replace(TYPE_FIELD, event_type)

@@ -94,3 +94,17 @@ def test_a_brokers_error_text_loses_the_urls_secrets() -> None:
 
 def test_fill_puts_the_event_type_in_a_template() -> None:
     assert destinations.fill("orders.{type}", "order.paid") == "orders.order.paid"
+
+
+def test_an_attempt_span_names_where_a_broker_message_went() -> None:
+    amqp = "amqp://relay:pw@127.0.0.1:5672/%2F?exchange=orders&routing_key=o.{type}"
+    assert destinations.messaging_attributes(amqp, "order.paid") == {
+        "messaging.system": "rabbitmq",
+        "messaging.destination.name": "orders",
+        "messaging.rabbitmq.destination.routing_key": "o.order.paid",
+    }
+    stream = "rediss://:pw@127.0.0.1:6390/0?stream=orders&maxlen=1000"
+    assert destinations.messaging_attributes(stream, "order.paid") == {
+        "messaging.system": "redis",
+        "messaging.destination.name": "orders",
+    }
