@@ -119,7 +119,7 @@ class Destinations:
                 deadline=deadline,
                 body_cap=body_cap,
             )
-        return await self.publish(endpoint, event_id, event_type, body, deadline)
+        return await self.publish(endpoint, event_id, event_type, body, deadline, trace_headers)
 
     async def publish(
         self,
@@ -128,8 +128,10 @@ class Destinations:
         event_type: str,
         body: bytes,
         deadline: sender.Deadline | None = None,
+        trace_headers: dict[str, str] | None = None,
     ) -> sender.Response:
-        """One signed message to the endpoint's broker."""
+        """One signed message to the endpoint's broker (``trace_headers``: the attempt
+        span's context, carried where the kind has message headers)."""
         url = endpoint["url"]
         now = time.time()
         message = Message(
@@ -138,6 +140,7 @@ class Destinations:
             body=body,
             timestamp=str(int(now)),
             signature=sender.signature(endpoint, now, event_id, body),
+            trace=trace_headers or {},
         )
         started = time.perf_counter()
         if deadline is not None:

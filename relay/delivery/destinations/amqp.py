@@ -49,7 +49,7 @@ class AmqpPublisher:
         key = fill(self.routing_key, message.event_type)
         amqp_message = aio_pika.Message(
             message.body,
-            headers=dict(message.signed()),
+            headers={**message.trace, **message.signed()},
             content_type="application/json",
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
             message_id=message.event_id,

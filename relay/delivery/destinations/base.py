@@ -10,20 +10,23 @@ answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
 class Message:
     """One signed delivery: the Standard Webhooks body and the three values a consumer
-    verifies it with (headers on AMQP and NATS, fields beside ``body`` on a stream)."""
+    verifies it with (headers on AMQP and NATS, fields beside ``body`` on a stream).
+    ``trace``: the attempt span's ``traceparent`` (and ``tracestate``) with tracing on,
+    which AMQP and NATS carry as headers too (a stream entry keeps its four fields)."""
 
     event_id: str
     event_type: str
     body: bytes
     timestamp: str
     signature: str
+    trace: dict[str, str] = field(default_factory=dict)
 
     def signed(self) -> dict[str, str]:
         return {

@@ -33,7 +33,7 @@ class NatsPublisher:
 
     async def publish(self, message: Message) -> str:
         subject = fill(self.subject, message.event_type)
-        headers = {**message.signed(), "Nats-Msg-Id": message.event_id}
+        headers = {**message.trace, **message.signed(), "Nats-Msg-Id": message.event_id}
         try:
             ack = await self.js.publish(subject, message.body, headers=headers)
         except NoStreamResponseError:
