@@ -69,13 +69,15 @@ class Lifecycle:
     async def update(self, endpoint_id: str, changes: Mapping[str, Any]) -> dict[str, Any] | None:
         """Apply validated changes; re-enabling resumes held deliveries. None: no such one.
         Strict mode: raises ``UnknownEventTypes`` for subscriptions outside the catalog.
-        Raises ``HeadersOnBroker`` (nothing written) when the endpoint they make names a
-        broker and has custom headers."""
+        Raises ``HeadersOnBroker`` (nothing written) when changes of its url or headers
+        make an endpoint that names a broker and has custom headers (other changes leave
+        headers stored before that check alone)."""
         if changes.get("event_types") is not None:
             await Catalog(self.store).check_subscriptions(changes["event_types"])
 
         def apply(endpoint: dict[str, Any]) -> dict[str, Any]:
-            check_headers_sent({**endpoint, **changes})
+            if "url" in changes or "headers" in changes:
+                check_headers_sent({**endpoint, **changes})
             endpoint.update(changes, updated_at=int(time.time() * 1000))
             if endpoint["enabled"]:
                 endpoint.pop("disabled_reason", None)

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from relay.domain.schema import BROKER_HEADERS
+from relay.domain.schema import BROKER_HEADERS, endpoint_record
 from tests.helpers.api import call
 
 NATS = "nats://127.0.0.1:4222/orders.{type}"
@@ -70,3 +70,17 @@ async def test_no_write_gives_a_broker_endpoint_headers(env: Any) -> None:
     )
     assert status == 200, moved
     assert moved["kind"] == "nats" and moved["headers"] == {}
+
+
+async def test_other_changes_leave_headers_stored_before_alone(env: Any) -> None:
+    """A broker endpoint stored with headers before writes refused them can still be
+    disabled or described: only a change of its url or headers is checked."""
+    store, api = env
+    old = endpoint_record(url=NATS, app="shop")
+    old["headers"] = {"x-a": "1"}
+    await store.put_endpoint(old)
+    status, done = await call(api, "PATCH", f"/v1/endpoints/{old['id']}", json={"enabled": False})
+    assert status == 200 and done["enabled"] is False, done
+    _refused(
+        *await call(api, "PATCH", f"/v1/endpoints/{old['id']}", json={"headers": {"x-b": "2"}})
+    )
