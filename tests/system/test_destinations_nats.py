@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import destinations as contract
 from tests.helpers.brokers import NATS_SERVER, NatsKit
+from tests.helpers.traced import trace_carried
 
 pytestmark = pytest.mark.realredis
 
@@ -73,3 +74,8 @@ async def test_a_worker_killed_after_the_confirm_makes_at_most_one_duplicate(
     port = int(redis_server.url.rsplit(":", 1)[1].split("/")[0])
     result = await contract.crash(kit, store, port, tmp_path, count=200, dedupes=True)
     assert result["unrecorded"] > 0, result  # the kill fell between confirm and record
+
+
+async def test_a_message_carries_the_attempts_trace_context(kit: NatsKit) -> None:
+    """Fails with the broker kinds left out of the attempt's trace headers."""
+    await trace_carried(kit, contract.unique())

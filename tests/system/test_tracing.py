@@ -448,35 +448,3 @@ async def test_a_broker_attempt_span_names_the_broker_not_http(
     assert attrs["messaging.destination.name"] == "orders.order.paid"
     assert attrs["server.address"] == "127.0.0.1"
     no_secrets(list(attrs.values()))
-
-
-async def test_a_nats_message_carries_the_attempts_trace_context(
-    spans: InMemorySpanExporter, tmp_path: Path
-) -> None:
-    """With tracing on, a JetStream message carries ``traceparent`` beside the webhook-*
-    headers, naming the attempt span, so a consumer can continue the trace as an HTTP
-    receiver does. Fails with the broker kinds left out of the trace headers."""
-    from relay.delivery.attempt import Attempter
-    from relay.delivery.stats import Stats
-    from relay.queue.store import Claimed
-    from tests.helpers.brokers import NatsKit
-
-    kit = NatsKit(tmp_path)
-    kit.start()
-    attempter = Attempter(Settings(allow_private_networks=True), Stats())
-    try:
-        await kit.prepare("traced")
-        endpoint = {"id": "ep_1", "url": kit.url("traced"), "secret": "whsec_" + "A" * 32}
-        body = b'{"type":"order.paid","timestamp":"2026-12-04T10:00:00.000Z","data":{}}'
-        claim = Claimed("dlv_1", "t:1:1", 1, 8, "evt_1", "ep_1", body, "", "order.paid")
-        done, _ = await attempter.attempt(claim, endpoint)
-        assert done.outcome == "succeeded", done
-        (got,) = await kit.messages("traced")
-    finally:
-        await attempter.destinations.close()
-        kit.stop()
-    span = only(list(spans.get_finished_spans()), "relay.attempt")
-    ctx = span.get_span_context()
-    flags = f"{int(ctx.trace_flags):02x}"
-    assert got.headers["traceparent"] == f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{flags}"
-    assert got.headers["webhook-id"] == "evt_1" and got.headers["Nats-Msg-Id"] == "evt_1"
