@@ -223,7 +223,10 @@ class Worker:
                 capped = bool(endpoint.get("max_in_flight"))
                 # what the attempt adds to the endpoint's per-minute counters
                 stat = endpointstats.stat_of(
-                    outcome.status_code, outcome.error, outcome.duration_ms
+                    outcome.outcome == "succeeded",
+                    outcome.status_code,
+                    outcome.error,
+                    outcome.duration_ms,
                 )
                 self._settler.submit_then(
                     endpoint["id"], (c.token, verdict, stat), settled, deadline, hurry=capped

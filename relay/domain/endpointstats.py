@@ -32,13 +32,16 @@ RETAIN_MS = 25 * HOUR_MS  # the longest window (24 h) and the hour it starts in
 WINDOWS = {"1h": (HOUR_MS, MINUTE_MS), "24h": (24 * HOUR_MS, 10 * MINUTE_MS)}  # span, step
 
 
-def stat_of(status: int | None, error: str, duration_ms: float) -> str:
+def stat_of(succeeded: bool, status: int | None, error: str, duration_ms: float) -> str:
     """What one attempt adds to the counters: ``"<class> <latency bucket>"`` for an
-    answer (class ``ok`` for a 2xx or a broker's acknowledgement, which has no status and
-    no error; else ``s<code>``), ``"e<error>"`` for an attempt that had none."""
-    if status is None and error:
-        return f"e{error}"
-    kind = "ok" if status is None or 200 <= status < 300 else f"s{status}"
+    answer (class ``ok`` when it ``succeeded``: a 2xx, or a broker's acknowledgement,
+    which has no status; else ``s<code>``), ``"e<error>"`` for an attempt that had none."""
+    if succeeded:
+        kind = "ok"
+    elif status is None:
+        return f"e{error or 'error'}"
+    else:
+        kind = f"s{status}"
     return f"{kind} {bisect.bisect_left(LATENCY_BOUNDS_MS, duration_ms)}"
 
 

@@ -13,11 +13,11 @@ function answerHeaders(headers) {
 }
 
 /** The result cell: the status or error, where it led, the answer's body and headers.
- * A broker's acknowledgement has no status code and no error. */
+ * A broker's acknowledgement succeeded with no status code. */
 export function attemptResult(a) {
   const code = a.status_code;
-  const ok = code ? code >= 200 && code < 300 : !a.error;
-  const said = code ? `HTTP ${code}` : a.error || "acknowledged";
+  const ok = a.outcome === "succeeded";
+  const said = code ? `HTTP ${code}` : a.error || (ok ? "acknowledged" : "no answer");
   return el("div", {},
     el("span", { class: ok ? "strong" : "strong err-text" }, said),
     a.outcome ? el("span", { class: "muted" }, ` → ${a.outcome}`) : null,

@@ -8,11 +8,11 @@ HOUR = es.HOUR_MS
 
 
 def test_what_an_attempt_adds() -> None:
-    assert es.stat_of(200, "", 3.0) == "ok 0"
-    assert es.stat_of(204, "", 42.0) == "ok 3"
-    assert es.stat_of(503, "http_status", 20000.0) == f"s503 {len(es.LATENCY_BOUNDS_MS)}"
-    assert es.stat_of(None, "timeout", 10000.0) == "etimeout"
-    assert es.stat_of(None, "", 3.0) == "ok 0"  # a broker's acknowledgement: no status
+    assert es.stat_of(True, 200, "", 3.0) == "ok 0"
+    assert es.stat_of(True, 204, "", 42.0) == "ok 3"
+    assert es.stat_of(False, 503, "http_status", 20000.0) == f"s503 {len(es.LATENCY_BOUNDS_MS)}"
+    assert es.stat_of(False, None, "timeout", 10000.0) == "etimeout"
+    assert es.stat_of(True, None, "", 3.0) == "ok 0"  # a broker's acknowledgement: no status
     adds = es.increments(["ok 0", "ok 3", "s503 3", "etimeout", ""])
     assert adds == {"n": 4, "ok": 2, "l0": 1, "l3": 2, "s503": 1, "etimeout": 1}
 

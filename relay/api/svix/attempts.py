@@ -48,11 +48,11 @@ ATTEMPT = "atmpt_"
 
 
 def attempt_out(delivery: dict[str, Any], entry: dict[str, Any], url: str) -> dict[str, Any]:
-    """One request of a delivery's attempt log as a Svix attempt: a success for a 2xx,
-    and for a broker's acknowledgement (no status code, no error; ``responseStatusCode``
-    0, as for a request that had no answer)."""
+    """One request of a delivery's attempt log as a Svix attempt: a success when its
+    outcome was (a 2xx, or a broker's acknowledgement, whose ``responseStatusCode`` is 0,
+    as for a request that had no answer)."""
     code = int(entry.get("status_code") or 0)
-    ok = 200 <= code < 300 if entry.get("status_code") is not None else not entry.get("error")
+    ok = entry.get("outcome") == "succeeded"
     return {
         "id": f"{ATTEMPT}{delivery['id'][4:]}_{entry['n']}",
         "msgId": delivery["event_id"],
