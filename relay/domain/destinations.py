@@ -9,6 +9,7 @@ password replaced by the mask. Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote
@@ -70,17 +71,23 @@ def messaging_attributes(url: str, event_type: str) -> dict[str, str]:
     url names it, ``messaging.destination.name`` (the NATS subject or the stream, with
     the event type in place of ``{type}``, or the exchange, and then the routing key).
     Never the credentials."""
+    return {name: fill(value, event_type) for name, value in _messaging(url)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _messaging(url: str) -> tuple[tuple[str, str], ...]:
+    """:func:`messaging_attributes` of ``url`` with ``{type}`` unfilled: a url is parsed
+    once, not at every attempt."""
     target = parse(url)
-    out = {"messaging.system": MESSAGING_SYSTEMS[target.kind]}
     where = {"nats": target.path, "redis": target.params.get("stream", "")}.get(
         target.kind, target.params.get("exchange", "")
     )
-    if where:
-        out["messaging.destination.name"] = fill(where, event_type)
-    if target.params.get("routing_key"):
-        key = fill(target.params["routing_key"], event_type)
-        out["messaging.rabbitmq.destination.routing_key"] = key
-    return out
+    named = [
+        ("messaging.system", MESSAGING_SYSTEMS[target.kind]),
+        ("messaging.destination.name", where),
+        ("messaging.rabbitmq.destination.routing_key", target.params.get("routing_key", "")),
+    ]
+    return tuple((name, value) for name, value in named if value)
 
 
 def fill(template: str, event_type: str) -> str:
