@@ -11,9 +11,6 @@ from relay.delivery import sender
 from relay.domain import signing
 from relay.domain.destinations import kind_of
 
-SIGNATURE_NOTE = "HMAC-SHA256 with the endpoint secret; not shown"
-ED25519_NOTE = "ed25519 with the endpoint's private key; not shown"
-
 
 def sent_headers(
     delivery: dict[str, Any], endpoint: dict[str, Any] | None, body_len: int | None
@@ -29,7 +26,7 @@ def sent_headers(
     custom = (endpoint or {}).get("headers") or {}
     stamp = int((last["at"] - (last.get("duration_ms") or 0)) / 1000) if last else int(time.time())
     kind = kind_of(endpoint["url"]) if endpoint is not None else "http"
-    if kind != "http":
+    if endpoint is not None and kind != "http":
         return _broker_headers(kind, delivery["event_id"], stamp, endpoint, last is not None)
     built = signing.signed_headers(
         secret_keys=[],
@@ -43,9 +40,7 @@ def sent_headers(
     )
     notes = {
         "webhook-id": "the event id: the same on every retry, the receiver's dedupe key",
-        "webhook-timestamp": "unix seconds at send time (estimated from the attempt log)"
-        if last
-        else "unix seconds at send time (not sent yet)",
+        "webhook-timestamp": _stamp_note(last is not None),
         "x-relay-attempt": "attempt number of this request",
     }
     out: list[dict[str, str]] = []
@@ -61,14 +56,7 @@ def sent_headers(
         out.append({"name": "content-length", "value": str(body_len)})
     for name, value in built.items():
         if name == "webhook-signature":
-            ed = (endpoint or {}).get("signing") == "ed25519"
-            out.append(
-                {
-                    "name": name,
-                    "value": "v1a,…" if ed else "v1,…",
-                    "note": ED25519_NOTE if ed else SIGNATURE_NOTE,
-                }
-            )
+            out.append(_signature(endpoint))
         elif name in custom:
             out.append({"name": name, "value": "••••••", "note": "custom header; value hidden"})
         else:
@@ -76,27 +64,35 @@ def sent_headers(
     return out
 
 
+def _stamp_note(sent: bool) -> str:
+    return "unix seconds at send time " + (
+        "(estimated from the attempt log)" if sent else "(not sent yet)"
+    )
+
+
+def _signature(endpoint: dict[str, Any] | None, where: str = "") -> dict[str, str]:
+    """The signature's row: its scheme's prefix only, never the value."""
+    ed = (endpoint or {}).get("signing") == "ed25519"
+    note = (
+        "ed25519 with the endpoint's private key; not shown"
+        if ed
+        else "HMAC-SHA256 with the endpoint secret; not shown"
+    )
+    value = "v1a,…" if ed else "v1,…"
+    return {"name": "webhook-signature", "value": value, "note": where + note}
+
+
 def _broker_headers(
-    kind: str, event_id: str, stamp: int, endpoint: dict[str, Any] | None, sent: bool
+    kind: str, event_id: str, stamp: int, endpoint: dict[str, Any], sent: bool
 ) -> list[dict[str, str]]:
     """What a broker message carries beside its body (relay.delivery.destinations): the
     three Standard Webhooks values as message headers (a stream entry's fields), and
     what the kind adds (JetStream's de-duplication id, AMQP's message properties)."""
-    ed = (endpoint or {}).get("signing") == "ed25519"
-    where = "stream entry field" if kind == "redis" else "message header"
+    where = ("stream entry field" if kind == "redis" else "message header") + ": "
     out = [
-        {"name": "webhook-id", "value": event_id, "note": f"{where}: the event id"},
-        {
-            "name": "webhook-timestamp",
-            "value": str(stamp),
-            "note": f"{where}: unix seconds at send time"
-            + (" (estimated from the attempt log)" if sent else " (not sent yet)"),
-        },
-        {
-            "name": "webhook-signature",
-            "value": "v1a,…" if ed else "v1,…",
-            "note": f"{where}: {ED25519_NOTE if ed else SIGNATURE_NOTE}",
-        },
+        {"name": "webhook-id", "value": event_id, "note": f"{where}the event id"},
+        {"name": "webhook-timestamp", "value": str(stamp), "note": where + _stamp_note(sent)},
+        _signature(endpoint, where),
     ]
     if kind == "nats":
         out.append(
