@@ -132,11 +132,9 @@ async def through_relay(kit: Any, dest: str, events: int, redis_url: str) -> tup
 
 async def last_recorded(store: Store) -> float:
     """When the latest succeeded delivery of ``store``'s prefix was recorded (epoch s)."""
-    latest = 0.0
-    for sk in store.keys.all_shards():
-        top = await store.redis.zrange(sk.succeeded, -1, -1, withscores=True)
-        latest = max([latest, *(score / 1000 for _, score in top)])
-    return latest
+    shards = store.keys.all_shards()
+    tops = [await store.redis.zrange(sk.succeeded, -1, -1, withscores=True) for sk in shards]
+    return max(score for top in tops for _, score in top) / 1000
 
 
 async def measure(kit: Any, kind: str, events: int, rounds: int, redis_url: str) -> dict[str, Any]:

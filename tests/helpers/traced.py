@@ -12,10 +12,23 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from relay import tracing
 from relay.delivery.attempt import Attempter
 from relay.delivery.stats import Stats
-from relay.queue.store import Claimed
+from relay.queue.store import Claimed, Outcome
 from relay.settings import Settings
 
 BODY = b'{"type":"order.paid","timestamp":"2026-12-04T10:00:00.000Z","data":{}}'
+
+
+async def attempt_once(url: str) -> Outcome:
+    """One attempt of event ``evt_1`` (type ``order.paid``) to an endpoint at ``url``,
+    through a worker's Attempter (traced when tracing is on)."""
+    attempter = Attempter(Settings(allow_private_networks=True, http_timeout=2.0), Stats())
+    endpoint = {"id": "ep_1", "url": url, "secret": "whsec_" + "A" * 32}
+    claim = Claimed("dlv_1", "t:1:1", 1, 8, "evt_1", "ep_1", BODY, "", "order.paid")
+    try:
+        done, _ = await attempter.attempt(claim, endpoint)
+    finally:
+        await attempter.destinations.close()
+    return done
 
 
 async def trace_carried(kit: Any, dest: str) -> None:
@@ -25,16 +38,12 @@ async def trace_carried(kit: Any, dest: str) -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     assert tracing.setup(Settings(), provider=provider)
-    attempter = Attempter(Settings(allow_private_networks=True), Stats())
     try:
         await kit.prepare(dest)
-        endpoint = {"id": "ep_1", "url": kit.url(dest), "secret": "whsec_" + "A" * 32}
-        claim = Claimed("dlv_1", "t:1:1", 1, 8, "evt_1", "ep_1", BODY, "", "order.paid")
-        done, _ = await attempter.attempt(claim, endpoint)
+        done = await attempt_once(kit.url(dest))
         assert done.outcome == "succeeded", done
         (got,) = await kit.messages(dest)
     finally:
-        await attempter.destinations.close()
         tracing.shutdown()
     (span,) = [s for s in exporter.get_finished_spans() if s.name == "relay.attempt"]
     ctx = span.get_span_context()

@@ -427,20 +427,10 @@ async def test_a_broker_attempt_span_names_the_broker_not_http(
     ``http.request.method``, and no credential of the url (its broker is not listening:
     the attempt fails with ``connection``). Fails with every attempt span made an HTTP
     POST."""
-    from relay.delivery.attempt import Attempter
-    from relay.delivery.stats import Stats
-    from relay.queue.store import Claimed
+    from tests.helpers.traced import attempt_once
 
-    settings = Settings(allow_private_networks=True, http_timeout=2.0)
-    attempter = Attempter(settings, Stats())
     url = f"nats://relay:{SECRET_MARK}@127.0.0.1:{free_port()}/orders.{{type}}"
-    endpoint = {"id": "ep_1", "url": url, "secret": "whsec_" + "A" * 32}
-    body = b'{"type":"order.paid","timestamp":"2026-12-04T10:00:00.000Z","data":{}}'
-    claim = Claimed("dlv_1", "t:1:1", 1, 8, "evt_1", "ep_1", body, "", "order.paid")
-    try:
-        done, _ = await attempter.attempt(claim, endpoint)
-    finally:
-        await attempter.destinations.close()
+    done = await attempt_once(url)
     assert done.error == "connection", done
     attrs = dict(only(list(spans.get_finished_spans()), "relay.attempt").attributes or {})
     assert "http.request.method" not in attrs and "http.response.status_code" not in attrs
