@@ -26,6 +26,18 @@ export function attemptResult(a) {
     answerHeaders(a.response_headers));
 }
 
+/** A delivery's last result: its last status or error; "acknowledged" for one that
+ * succeeded with neither (a broker destination's). */
+export function lastResult(d) {
+  if (d.last_status_code) {
+    const ok = d.last_status_code >= 200 && d.last_status_code < 300;
+    return el("span", { class: ok ? "" : "err-text" }, `HTTP ${d.last_status_code}`);
+  }
+  if (d.last_error) return el("span", { class: "err-text" }, d.last_error);
+  if (d.status === "succeeded") return el("span", {}, "acknowledged");
+  return el("span", { class: "muted" }, "—");
+}
+
 const ms = (d) => (d === null || d === undefined ? "—" : `${Math.round(d)} ms`);
 
 /** One row per attempt; `withWorker` adds the try number and the worker (dashboard). */

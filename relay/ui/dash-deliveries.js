@@ -2,19 +2,10 @@
 import { replaceRows, el, changed, coarse, ago, iso, clock, badge } from "./kit.js";
 import { $, state, api, hooks, toast, handleError, endpointLabel } from "./dash-ctx.js";
 import { openDrawer } from "./dash-drawer.js";
+import { lastResult } from "./attempts.js";
 
 const PAGE_SIZE = 25;
 
-export function lastResult(d) {
-  if (d.last_status_code) {
-    const ok = d.last_status_code >= 200 && d.last_status_code < 300;
-    return el("span", { class: ok ? "" : "err-text" }, `HTTP ${d.last_status_code}`);
-  }
-  if (d.last_error) return el("span", { class: "err-text" }, d.last_error);
-  // succeeded with no status code: a broker destination acknowledged it
-  if (d.status === "succeeded") return el("span", {}, "acknowledged");
-  return el("span", { class: "muted" }, "—");
-}
 // Why a pending or held delivery is not going out now (the API's `waiting`).
 const WAIT_TEXT = {
   endpoint_disabled: () => "held: endpoint disabled",

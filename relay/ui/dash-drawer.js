@@ -2,8 +2,8 @@
 // payload and the headers sent.
 import { el, changed, coarse, ago, iso, badge } from "./kit.js";
 import { $, state, api, ApiError, handleError, viewLink } from "./dash-ctx.js";
-import { attemptRows, sentHeaderRows } from "./attempts.js";
-import { lastResult, waitText } from "./dash-deliveries.js";
+import { attemptRows, lastResult, sentHeaderRows } from "./attempts.js";
+import { waitText } from "./dash-deliveries.js";
 
 export async function openDrawer(id) {
   state.drawerId = id;

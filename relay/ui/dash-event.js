@@ -6,8 +6,8 @@ import { $, state, api, ApiError, hooks, toast, handleError, endpointLabel } fro
 import { payloadBlock } from "./payload.js";
 import { findEvent, payloadQuery, PAYLOAD_NOTE } from "./eventlist.js";
 import { archiveOn, searchPayload } from "./dash-events.js";
-import { attemptRows, sentHeaderRows } from "./attempts.js";
-import { lastResult, replay } from "./dash-deliveries.js";
+import { attemptRows, lastResult, sentHeaderRows } from "./attempts.js";
+import { replay } from "./dash-deliveries.js";
 import { editEndpoint } from "./dash-endpoints.js";
 
 const stamp = (ms) => (ms ? `${iso(ms)} · ${ago(ms)}` : "—");

@@ -3,7 +3,7 @@
 import { replaceRows, el, changed, coarse, now, ago, iso, badge } from "./kit.js";
 import { $, state, api, hooks, toast, fail, label } from "./portal-ctx.js";
 import { payloadBlock } from "./payload.js";
-import { attemptRows } from "./attempts.js";
+import { attemptRows, lastResult } from "./attempts.js";
 
 const PAGE = 20;
 const act = (text, onclick) => el("button", { type: "button", class: "btn small", onclick }, text);
@@ -43,13 +43,6 @@ function when(d) {
   if (what !== "Next try") return ago(at);
   return at && at > now() ? `next try ${ago(at)}` : "due now";
 }
-function result(d) {
-  if (d.last_status_code) return el("span", { class: d.last_status_code < 300 ? "" : "err-text" }, `HTTP ${d.last_status_code}`);
-  if (d.last_error) return el("span", { class: "err-text" }, d.last_error);
-  // succeeded with no status code: a broker destination acknowledged it
-  if (d.status === "succeeded") return el("span", {}, "acknowledged");
-  return el("span", { class: "muted" }, "—");
-}
 
 export async function loadDeliveries(more) {
   const params = { ...state.filter, limit: PAGE, cursor: more ? state.cursor : "" };
@@ -67,7 +60,7 @@ export function renderDeliveries() {
     el("td", { class: "status-cell" }, badge(d.status)),
     el("td", { class: "ellipsis" }, d.type),
     el("td", { class: "num" }, `${d.attempts} / ${d.max_attempts}`),
-    el("td", { class: "ellipsis" }, result(d)),
+    el("td", { class: "ellipsis" }, lastResult(d)),
     el("td", { class: "when-cell", title: iso(moment(d)[1]) }, when(d)),
     el("td", {}, d.status === "dead" ? act("Replay", (e) => { e.stopPropagation(); replay(d.id); }) : null))));
   $("p-deliveries-empty").hidden = state.rows.length > 0;
